@@ -1,0 +1,122 @@
+# nextflash build.
+#
+# Out-of-tree: everything goes under $(BUILD) (default build/). Header dependencies are tracked with
+# -MMD -MP. The library is every C file under src/ except src/cuda/; programs are tools/<name>.c, each
+# linked against the library. `make cuda` adds src/cuda/*.cu compiled by nvcc for sm_90a (it only needs the
+# toolkit, not a GPU) and builds the programs again under $(BUILD)/cuda with NF_CUDA defined.
+#
+#   make            CPU build of the library and the programs
+#   make cuda       CUDA build (compiles anywhere nvcc is installed)
+#   make test       prerequisites, then C tests (Criterion), Python cross-checks (pytest), short fuzz run
+#   make run        prerequisites, then a one-shot generation with the embedded default model
+#   make fuzz       libFuzzer targets under $(BUILD)/fuzz (FUZZ_SECONDS=600 make fuzz-run for a long run)
+#   make clean
+
+BUILD   ?= build
+CC      ?= cc
+NVCC    ?= nvcc
+PYTHON  ?= python3
+WERROR  ?= $(if $(CI),-Werror,)
+OPT     ?= -O2
+CFLAGS  ?= $(OPT) -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -pthread -fPIC -Isrc -MMD -MP -march=native -fno-math-errno
+LDLIBS  += -lm -lpthread $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null || echo -lpcre2-8 -ljansson)
+NVFLAGS ?= -O3 -std=c++17 -arch=sm_90a -Isrc --compiler-options -Wall,-Wextra -MMD -MP
+
+LIB_SRC   := $(shell find src -name '*.c' -not -path 'src/cuda/*' | sort)
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TOOL_SRC  := $(wildcard tools/*.c)
+TOOLS     := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
+TEST_SRC  := $(wildcard tests/c/*.c)
+TEST_OBJ  := $(TEST_SRC:%.c=$(BUILD)/%.o)
+FUZZ_SRC  := $(wildcard fuzz/*.c)
+FUZZERS   := $(FUZZ_SRC:fuzz/%.c=$(BUILD)/fuzz/%)
+CU_SRC    := $(wildcard src/cuda/*.cu)
+CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/cuda/%.o)
+CUDA_TOOLS:= $(TOOL_SRC:tools/%.c=$(BUILD)/cuda/%)
+CUDA_LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/cuda/%.o)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+
+.PHONY: all cuda test test-c test-py test-fuzz run deps fuzz fuzz-run clean
+all: $(TOOLS) $(BUILD)/libnf.so
+
+$(BUILD)/libnf.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(AR) rcs $@ $^
+
+# The shared library lets the Python cross-checks call our C code directly through ctypes.
+$(BUILD)/libnf.so: $(LIB_OBJ)
+	$(CC) -shared $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%: $(BUILD)/tools/%.o $(BUILD)/libnf.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# ---- CUDA -------------------------------------------------------------------------------------------
+cuda: $(CUDA_TOOLS)
+
+$(BUILD)/cuda/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -DNF_CUDA -c $< -o $@
+
+$(BUILD)/cuda/%.o: %.cu
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+
+$(BUILD)/cuda/libnf.a: $(CUDA_LIB_OBJ) $(CU_OBJ)
+	$(AR) rcs $@ $^
+
+$(BUILD)/cuda/%: $(BUILD)/cuda/tools/%.o $(BUILD)/cuda/libnf.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+
+# ---- tests ------------------------------------------------------------------------------------------
+$(BUILD)/.deps-ok: scripts/install-deps.sh
+	@mkdir -p $(@D)
+	bash scripts/install-deps.sh
+	@touch $@
+
+deps: $(BUILD)/.deps-ok
+
+$(BUILD)/nf-tests: $(TEST_OBJ) $(BUILD)/libnf.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -lcriterion
+
+test: deps
+	$(MAKE) test-c test-py test-fuzz
+
+test-c: $(BUILD)/nf-tests $(TOOLS)
+	NF_BUILD=$(BUILD) $(BUILD)/nf-tests --jobs=2
+
+test-py: $(TOOLS) $(BUILD)/libnf.so
+	NF_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/py
+
+# ---- fuzzing (clang + libFuzzer) --------------------------------------------------------------------
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+$(BUILD)/fuzz/%: fuzz/%.c $(LIB_SRC)
+	@mkdir -p $(@D)
+	clang $(FUZZ_CFLAGS) $< $(LIB_SRC) -o $@ -lm -lpthread $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null)
+
+fuzz: $(FUZZERS)
+
+FUZZ_SECONDS ?= 20
+test-fuzz: $(FUZZERS)
+	@for f in $(FUZZERS); do n=$$(basename $$f); mkdir -p $(BUILD)/fuzz/work-$$n; \
+	  echo "fuzz $$n for $(FUZZ_SECONDS)s"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=0 -close_fd_mask=3 \
+	      $(BUILD)/fuzz/work-$$n fuzz/corpus/$${n#fuzz_} >$(BUILD)/fuzz/$$n.log 2>&1 \
+	      || { tail -40 $(BUILD)/fuzz/$$n.log; exit 1; }; done
+
+fuzz-run: $(FUZZERS)
+	$(MAKE) test-fuzz FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+# ---- the embedded default model ---------------------------------------------------------------------
+run: deps all
+	bash scripts/run-default.sh
+
+clean:
+	rm -rf $(BUILD)
+
+.SECONDARY:
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
