@@ -23,7 +23,7 @@ int nf_fail_prefix(const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, last_error, sizeof old);
-    snprintf(last_error, sizeof last_error, "%s: %s", prefix, old);
+    snprintf(last_error, sizeof last_error, "%.400s: %.600s", prefix, old);
     return -1;
 }
 
