@@ -21,7 +21,7 @@ OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -pthread -fPIC -Isrc -MMD -MP -march=native -fno-math-errno
 LDLIBS  += -lm -lpthread $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null || echo -lpcre2-8 -ljansson)
-NVFLAGS ?= -O3 -std=c++17 -arch=sm_90a -Isrc --compiler-options -Wall,-Wextra -MMD -MP
+NVFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Isrc --compiler-options -Wall,-Wextra -MMD -MP
 
 LIB_SRC   := $(shell find src -name '*.c' -not -path 'src/cuda/*' | sort)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
@@ -37,7 +37,7 @@ CUDA_TOOLS:= $(TOOL_SRC:tools/%.c=$(BUILD)/cuda/%)
 CUDA_LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/cuda/%.o)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 
-.PHONY: all cuda test test-c test-py test-fuzz run deps fuzz fuzz-run clean
+.PHONY: all cuda gpu-test test test-c test-py test-fuzz run deps fuzz fuzz-run clean
 all: $(TOOLS) $(BUILD)/libnf.so
 
 $(BUILD)/libnf.a: $(LIB_OBJ)
@@ -56,11 +56,19 @@ $(BUILD)/%: $(BUILD)/tools/%.o $(BUILD)/libnf.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # ---- CUDA -------------------------------------------------------------------------------------------
-cuda: $(CUDA_TOOLS)
+cuda: $(CUDA_TOOLS) $(BUILD)/cuda/nf-gpu-tests
+
+# GPU tests: tests/gpu/*.c, one binary; `make gpu-test` runs it on a machine with a GPU.
+GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
+$(BUILD)/cuda/nf-gpu-tests: $(GPU_TEST_SRC:%.c=$(BUILD)/cuda/%.o) $(BUILD)/cuda/libnf.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+
+gpu-test: $(BUILD)/cuda/nf-gpu-tests
+	$(BUILD)/cuda/nf-gpu-tests
 
 $(BUILD)/cuda/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -DNF_CUDA -c $< -o $@
+	$(CC) $(CFLAGS) -DNF_CUDA -I$(CUDA_HOME)/include -c $< -o $@
 
 $(BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(@D)
