@@ -120,6 +120,9 @@ typedef struct {
     nf_hparams hp;
     nf_tensor token_embd, output_norm, output;
     nf_layer *layers;                 /* hp.n_layer entries (the MTP block is not bound yet) */
+    int n_bound;                      /* tensors bound (trunk + globals) */
+    int n_mtp_tensors;                /* tensors of blocks >= n_layer: present, ignored for now */
+    int n_extra_tensors;              /* tensors the layout does not know (ignored, noted in the summary) */
 } nf_model;
 
 /* Read hyperparameters from metadata (validated: positive dims, divisibility rules, known layer kinds). */
@@ -128,6 +131,9 @@ int nf_hparams_load(const gguf_file *f, nf_hparams *hp);
  * (one per line, at most a screenful). */
 nf_model *nf_model_load(const char *path);
 void nf_model_free(nf_model *m);
+/* The complete mismatch list of the last failed nf_model_load on this thread, one per line ("" if none);
+ * nf_error() holds as many lines as fit in one message. */
+const char *nf_model_mismatches(void);
 /* Print a short summary (dims, layer pattern, tensor bytes by type) to stdout. */
 void nf_model_print_summary(const nf_model *m);
 
