@@ -86,7 +86,10 @@ uint16_t nf_f32_to_f16(float f) {
     uint32_t u = f32_bits(f);
     uint32_t sign = (u >> 16) & 0x8000;
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);                       /* nan */
+    if (a > 0x7f800000u) {                                                        /* nan: keep the top payload */
+        uint32_t m = (a & 0x7fffffu) >> 13;                                       /* bits, as numpy does (a  */
+        return (uint16_t)(sign | 0x7c00 | (m ? m : 1));                           /* signaling nan stays so) */
+    }
     if (a >= 0x47800000u) return (uint16_t)(sign | 0x7c00);                      /* overflow -> inf */
     if (a < 0x38800000u) {                                                         /* subnormal or zero */
         /* value * 2^24 rounded to nearest even gives the subnormal mantissa */

@@ -1,0 +1,110 @@
+/* q2_k.c — Q2_K: super-blocks of 256 weights in 16 sub-blocks of 16; x = d*(s&15)*q - dmin*(s>>4), q in 0..3.
+ *
+ * Layout (84 bytes): scales[16] (low nibble: scale, high nibble: min of each sub-block), qs[64], f16 d,
+ * f16 dmin. In each 128-value half, byte l of its 32 qs bytes holds values l, l+32, l+64, l+96 at bit offsets
+ * 0, 2, 4, 6.
+ *
+ * Reference quantizer (the method of ggml's quantize_row_q2_K_ref): per sub-block an asymmetric fit
+ * (nf_make_qkx2_quants, nmax 3, weights |x|, absolute error), 4-bit scales and mins against their maxima, then q
+ * recomputed with the rounded values. With an importance vector: weights qw*sqrt(sigma2+x^2), squared error and
+ * a finer search (ggml's imatrix path additionally refines the 4-bit scales; we do not). */
+#include "formats/quants.h"
+
+void nf_dequant_q2_k(const void *src, float *dst, int64_t nb) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < nb; i++, b += NF_Q2_K_BYTES) {
+        const float d = nf_ldh(b + 80), min = nf_ldh(b + 82);
+        const uint8_t *sc = b, *q = b + 16;
+        int is = 0;
+        for (int n = 0; n < NF_QK_K; n += 128, q += 32) {
+            for (int shift = 0; shift < 8; shift += 2) {
+                float dl = d * (float)(sc[is] & 0xF), ml = min * (float)(sc[is] >> 4);
+                is++;
+                for (int l = 0; l < 16; l++) *dst++ = dl * (float)((q[l] >> shift) & 3) - ml;
+                dl = d * (float)(sc[is] & 0xF);
+                ml = min * (float)(sc[is] >> 4);
+                is++;
+                for (int l = 0; l < 16; l++) *dst++ = dl * (float)((q[l + 16] >> shift) & 3) - ml;
+            }
+        }
+    }
+}
+
+void nf_quant_q2_k(const float *x, void *dst, int64_t nb, const float *qw) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < nb; i++, b += NF_Q2_K_BYTES, x += NF_QK_K, qw = qw ? qw + NF_QK_K : NULL) {
+        uint8_t L[NF_QK_K], Laux[16];
+        float weights[16], mins[16], scales[16];
+        float sigma2 = 0.0f;
+        if (qw) {
+            for (int l = 0; l < NF_QK_K; l++) sigma2 += x[l] * x[l];
+            sigma2 /= NF_QK_K;
+        }
+        float max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            const float *xs = x + 16 * j;
+            if (qw) {
+                for (int l = 0; l < 16; l++) weights[l] = qw[16 * j + l] * sqrtf(sigma2 + xs[l] * xs[l]);
+                scales[j] = nf_make_qkx2_quants(16, 3, xs, weights, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f, 36, 0);
+            } else {
+                for (int l = 0; l < 16; l++) weights[l] = fabsf(xs[l]);
+                scales[j] = nf_make_qkx2_quants(16, 3, xs, weights, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 1);
+            }
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        uint8_t *sc = b;
+        uint16_t dh = 0, mh = 0;
+        if (max_scale > 0.0f) {
+            const float iscale = 15.0f / max_scale;
+            for (int j = 0; j < 16; j++) sc[j] = (uint8_t)nf_clampi(nf_nearest_int(iscale * scales[j]), 0, 15);
+            dh = nf_f32_to_f16(max_scale / 15.0f);
+        } else {
+            memset(sc, 0, 16);
+        }
+        if (max_min > 0.0f) {
+            const float iscale = 15.0f / max_min;
+            for (int j = 0; j < 16; j++) sc[j] |= (uint8_t)(nf_clampi(nf_nearest_int(iscale * mins[j]), 0, 15) << 4);
+            mh = nf_f32_to_f16(max_min / 15.0f);
+        }
+        nf_st16(b + 80, dh);
+        nf_st16(b + 82, mh);
+        const float df = nf_f16_to_f32(dh), mf = nf_f16_to_f32(mh);
+        for (int j = 0; j < 16; j++) {
+            const float d = df * (float)(sc[j] & 0xF);
+            if (d == 0.0f) continue;
+            const float dm = mf * (float)(sc[j] >> 4);
+            for (int ii = 0; ii < 16; ii++)
+                L[16 * j + ii] = (uint8_t)nf_clampi(nf_nearest_int((x[16 * j + ii] + dm) / d), 0, 3);
+        }
+        uint8_t *q = b + 16;
+        for (int j = 0; j < NF_QK_K; j += 128, q += 32)
+            for (int l = 0; l < 32; l++)
+                q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+    }
+}
+
+float nf_dot_q2_k(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++, a += NF_Q2_K_BYTES, b += NF_Q8_K_BYTES) {
+        const uint8_t *sc = a, *q = a + 16;
+        const int8_t *q8 = (const int8_t *)(b + 4);
+        int16_t bsums[16];
+        memcpy(bsums, b + 4 + NF_QK_K, sizeof bsums);
+        uint8_t aux[NF_QK_K];
+        for (int n = 0; n < 2; n++)
+            for (int k = 0; k < 4; k++)
+                for (int l = 0; l < 32; l++) aux[128 * n + 32 * k + l] = (q[32 * n + l] >> (2 * k)) & 3;
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < 16; j++) {
+            int32_t s = 0;
+            for (int l = 0; l < 16; l++) s += (int32_t)aux[16 * j + l] * (int32_t)q8[16 * j + l];
+            sumi += (int32_t)(sc[j] & 0xF) * s;
+            summ += (int32_t)(sc[j] >> 4) * bsums[j];
+        }
+        const float dy = nf_ldf32(b);
+        sum += nf_ldh(a + 80) * dy * (float)sumi - nf_ldh(a + 82) * dy * (float)summ;
+    }
+    return sum;
+}

@@ -1,0 +1,128 @@
+/* q4_k.c — Q4_K: super-blocks of 256 weights in 8 sub-blocks of 32; x = d*sc[j]*q - dmin*m[j], q in 0..15.
+ *
+ * Layout (144 bytes): f16 d, f16 dmin, 12 bytes holding eight 6-bit scales sc and eight 6-bit mins m, then 128
+ * bytes of 4-bit q. Within each 64-value chunk, byte l holds value l in its low nibble and value l+32 in its
+ * high nibble. Scale packing: for j<4, sc[j] = s[j]&63, m[j] = s[j+4]&63; for j>=4,
+ * sc[j] = (s[j+4]&15) | (s[j-4]>>6)<<4 and m[j] = (s[j+4]>>4) | (s[j]>>6)<<4.
+ *
+ * Reference quantizer (the method of ggml's quantize_row_q4_K_ref): per sub-block an asymmetric fit
+ * (nf_make_qkx2_quants, weights av|x|+|x|), then the 8 scales and 8 mins are each quantized to 6 bits against
+ * their maximum, and q is recomputed with the rounded scales. With an importance vector the fit weights are
+ * qw*sqrt(sigma2 + x^2) (ggml's weighting; ggml's imatrix path also refines the 6-bit scales, we do not). */
+#include "formats/quants.h"
+
+static inline void get_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+void nf_dequant_q4_k(const void *src, float *dst, int64_t nb) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < nb; i++, b += NF_Q4_K_BYTES) {
+        const float d = nf_ldh(b), min = nf_ldh(b + 2);
+        const uint8_t *s = b + 4, *q = b + 16;
+        for (int j = 0; j < 8; j += 2, q += 32) {
+            uint8_t sc, m;
+            get_scale_min(j, s, &sc, &m);
+            const float d1 = d * (float)sc, m1 = min * (float)m;
+            get_scale_min(j + 1, s, &sc, &m);
+            const float d2 = d * (float)sc, m2 = min * (float)m;
+            for (int l = 0; l < 32; l++) *dst++ = d1 * (float)(q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++) *dst++ = d2 * (float)(q[l] >> 4) - m2;
+        }
+    }
+}
+
+void nf_quant_q4_k(const float *x, void *dst, int64_t nb, const float *qw) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < nb; i++, b += NF_Q4_K_BYTES, x += NF_QK_K, qw = qw ? qw + NF_QK_K : NULL) {
+        uint8_t L[NF_QK_K], Laux[32];
+        float weights[32], mins[8], scales[8];
+        float sigma2 = 0.0f;
+        if (qw) {
+            for (int l = 0; l < NF_QK_K; l++) sigma2 += x[l] * x[l];
+            sigma2 = 2.0f * sigma2 / NF_QK_K;
+        }
+        float max_scale = 0.0f, max_min = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            const float *xs = x + 32 * j;
+            if (qw) {
+                for (int l = 0; l < 32; l++) weights[l] = qw[32 * j + l] * sqrtf(sigma2 + xs[l] * xs[l]);
+            } else {
+                float sum_x2 = 0.0f;
+                for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
+                float av_x = sqrtf(sum_x2 / 32.0f);
+                for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(xs[l]);
+            }
+            scales[j] = nf_make_qkx2_quants(32, 15, xs, weights, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20, 0);
+            if (scales[j] > max_scale) max_scale = scales[j];
+            if (mins[j] > max_min) max_min = mins[j];
+        }
+        const float inv_scale = max_scale > 0.0f ? 63.0f / max_scale : 0.0f;
+        const float inv_min = max_min > 0.0f ? 63.0f / max_min : 0.0f;
+        uint8_t *s = b + 4;
+        memset(s, 0, 12);
+        for (int j = 0; j < 8; j++) {
+            int ls = nf_clampi(nf_nearest_int(inv_scale * scales[j]), 0, 63);
+            int lm = nf_clampi(nf_nearest_int(inv_min * mins[j]), 0, 63);
+            if (j < 4) {
+                s[j] = (uint8_t)ls;
+                s[j + 4] = (uint8_t)lm;
+            } else {
+                s[j + 4] = (uint8_t)((ls & 0xF) | ((lm & 0xF) << 4));
+                s[j - 4] |= (uint8_t)((ls >> 4) << 6);
+                s[j] |= (uint8_t)((lm >> 4) << 6);
+            }
+        }
+        const uint16_t dh = nf_f32_to_f16(max_scale / 63.0f), mh = nf_f32_to_f16(max_min / 63.0f);
+        nf_st16(b, dh);
+        nf_st16(b + 2, mh);
+        const float df = nf_f16_to_f32(dh), mf = nf_f16_to_f32(mh);
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            get_scale_min(j, s, &sc, &m);
+            const float d = df * (float)sc;
+            if (d == 0.0f) continue;
+            const float dm = mf * (float)m;
+            for (int l = 0; l < 32; l++)
+                L[32 * j + l] = (uint8_t)nf_clampi(nf_nearest_int((x[32 * j + l] + dm) / d), 0, 15);
+        }
+        uint8_t *q = b + 16;
+        for (int j = 0; j < NF_QK_K; j += 64, q += 32)
+            for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));
+    }
+}
+
+float nf_dot_q4_k(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++, a += NF_Q4_K_BYTES, b += NF_Q8_K_BYTES) {
+        const uint8_t *q = a + 16;
+        const int8_t *q8 = (const int8_t *)(b + 4);
+        int16_t bsums[16];
+        memcpy(bsums, b + 4 + NF_QK_K, sizeof bsums);
+        uint8_t aux[NF_QK_K];
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                aux[64 * j + l] = q[32 * j + l] & 0xF;
+                aux[64 * j + 32 + l] = q[32 * j + l] >> 4;
+            }
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            get_scale_min(j, a + 4, &sc, &m);
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++) s += (int32_t)aux[32 * j + l] * (int32_t)q8[32 * j + l];
+            sumi += (int32_t)sc * s;
+            summ += (int32_t)m * (bsums[2 * j] + bsums[2 * j + 1]);
+        }
+        const float dy = nf_ldf32(b);
+        sum += nf_ldh(a) * dy * (float)sumi - nf_ldh(a + 2) * dy * (float)summ;
+    }
+    return sum;
+}

@@ -1,0 +1,113 @@
+/* q6_k.c — Q6_K: super-blocks of 256 weights in 16 sub-blocks of 16; x = d*sc[j]*(q-32), q in 0..63.
+ *
+ * Layout (210 bytes): ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16], f16 d. In each 128-value
+ * half: ql[l] holds values l (low nibble) and l+64 (high nibble), ql[l+32] holds l+32 and l+96, and qh[l]
+ * holds the high bits of l, l+32, l+64, l+96 at bit offsets 0, 2, 4, 6.
+ *
+ * Reference quantizer (the method of ggml's quantize_row_q6_K_ref): per sub-block a symmetric fit
+ * (nf_make_qx_quants, nmax 32, weights x^2, or qw*sqrt(sigma2+x^2) with an importance vector), then the 16
+ * scales are quantized to int8 against the scale of largest magnitude (which maps to -128), d = 1/iscale in
+ * f16, and q is recomputed with the rounded scales. */
+#include "formats/quants.h"
+
+void nf_dequant_q6_k(const void *src, float *dst, int64_t nb) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < nb; i++, b += NF_Q6_K_BYTES) {
+        const float d = nf_ldh(b + 208);
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        for (int n = 0; n < NF_QK_K; n += 128, ql += 64, qh += 32, sc += 8, dst += 128) {
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                dst[l] = d * (float)sc[is] * (float)q1;
+                dst[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                dst[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                dst[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+        }
+    }
+}
+
+void nf_quant_q6_k(const float *x, void *dst, int64_t nb, const float *qw) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < nb; i++, b += NF_Q6_K_BYTES, x += NF_QK_K, qw = qw ? qw + NF_QK_K : NULL) {
+        int8_t L[NF_QK_K];
+        float scales[16], weights[16];
+        float sigma2 = 0.0f;
+        if (qw) {
+            for (int l = 0; l < NF_QK_K; l++) sigma2 += x[l] * x[l];
+            sigma2 /= NF_QK_K;
+        }
+        float max_scale = 0.0f, max_abs_scale = 0.0f;
+        for (int ib = 0; ib < 16; ib++) {
+            const float *xs = x + 16 * ib;
+            if (qw)
+                for (int l = 0; l < 16; l++) weights[l] = qw[16 * ib + l] * sqrtf(sigma2 + xs[l] * xs[l]);
+            const float scale = nf_make_qx_quants(16, 32, xs, L + 16 * ib, 1, qw ? weights : NULL);
+            scales[ib] = scale;
+            if (fabsf(scale) > max_abs_scale) {
+                max_abs_scale = fabsf(scale);
+                max_scale = scale;
+            }
+        }
+        if (!(max_abs_scale >= 1e-15f)) {
+            memset(b, 0, NF_Q6_K_BYTES);
+            continue;
+        }
+        const float iscale = -128.0f / max_scale;
+        const uint16_t dh = nf_f32_to_f16(1.0f / iscale);
+        nf_st16(b + 208, dh);
+        int8_t *sc = (int8_t *)(b + 192);
+        for (int ib = 0; ib < 16; ib++) sc[ib] = (int8_t)nf_clampi(nf_nearest_int(iscale * scales[ib]), -128, 127);
+        const float df = nf_f16_to_f32(dh);
+        for (int j = 0; j < 16; j++) {
+            const float d = df * (float)sc[j];
+            if (d == 0.0f) continue;
+            for (int ii = 0; ii < 16; ii++)
+                L[16 * j + ii] = (int8_t)(nf_clampi(nf_nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
+        }
+        uint8_t *ql = b, *qh = b + 128;
+        for (int j = 0; j < NF_QK_K; j += 128, ql += 64, qh += 32) {
+            for (int l = 0; l < 32; l++) {
+                const uint8_t q1 = (uint8_t)L[j + l], q2 = (uint8_t)L[j + l + 32];
+                const uint8_t q3 = (uint8_t)L[j + l + 64], q4 = (uint8_t)L[j + l + 96];
+                ql[l] = (uint8_t)((q1 & 0xF) | ((q3 & 0xF) << 4));
+                ql[l + 32] = (uint8_t)((q2 & 0xF) | ((q4 & 0xF) << 4));
+                qh[l] = (uint8_t)((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+            }
+        }
+    }
+}
+
+float nf_dot_q6_k(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++, a += NF_Q6_K_BYTES, b += NF_Q8_K_BYTES) {
+        const uint8_t *ql = a, *qh = a + 128;
+        const int8_t *sc = (const int8_t *)(a + 192);
+        const int8_t *q8 = (const int8_t *)(b + 4);
+        int8_t aux[NF_QK_K];
+        for (int n = 0; n < 2; n++) {
+            int8_t *o = aux + 128 * n;
+            const uint8_t *l4 = ql + 64 * n, *h2 = qh + 32 * n;
+            for (int l = 0; l < 32; l++) {
+                o[l] = (int8_t)(((l4[l] & 0xF) | ((h2[l] & 3) << 4)) - 32);
+                o[l + 32] = (int8_t)(((l4[l + 32] & 0xF) | (((h2[l] >> 2) & 3) << 4)) - 32);
+                o[l + 64] = (int8_t)(((l4[l] >> 4) | (((h2[l] >> 4) & 3) << 4)) - 32);
+                o[l + 96] = (int8_t)(((l4[l + 32] >> 4) | (((h2[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+        int32_t sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int32_t s = 0;
+            for (int l = 0; l < 16; l++) s += (int32_t)aux[16 * j + l] * (int32_t)q8[16 * j + l];
+            sumi += (int32_t)sc[j] * s;
+        }
+        sum += nf_ldh(a + 208) * nf_ldf32(b) * (float)sumi;
+    }
+    return sum;
+}

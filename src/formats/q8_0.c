@@ -1,0 +1,49 @@
+/* q8_0.c — Q8_0: blocks of 32 weights, one f16 scale d and 32 int8 values; x = d * q.
+ *
+ * The quantizer is ggml's reference one (d = amax/127 rounded to f16, q = roundf(x / d) with ties away from
+ * zero), which is also what the gguf Python package computes, so files quantized by either are byte-equal.
+ * Q8_0 is also the activation format for Q8_0 weights: the dot is sum over blocks of dw*dx*sum(qw*qx). */
+#include "formats/quants.h"
+
+void nf_dequant_q8_0(const void *src, float *dst, int64_t nb) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < nb; i++, b += NF_Q8_0_BYTES, dst += NF_QK8_0) {
+        const float d = nf_ldh(b);
+        const int8_t *q = (const int8_t *)(b + 2);
+        for (int j = 0; j < NF_QK8_0; j++) dst[j] = (float)q[j] * d;
+    }
+}
+
+static inline int8_t q8_of(float v) {       /* v already rounded; guards nan/inf inputs against UB */
+    if (v >= 127.0f) return 127;
+    if (v <= -128.0f) return -128;
+    return v == v ? (int8_t)v : 0;
+}
+
+void nf_quant_q8_0(const float *src, void *dst, int64_t nb) {
+    uint8_t *b = dst;
+    for (int64_t i = 0; i < nb; i++, b += NF_Q8_0_BYTES, src += NF_QK8_0) {
+        float amax = 0.0f;
+        for (int j = 0; j < NF_QK8_0; j++) {
+            float a = fabsf(src[j]);
+            if (a > amax) amax = a;
+        }
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        nf_st16(b, nf_f32_to_f16(d));
+        int8_t *q = (int8_t *)(b + 2);
+        for (int j = 0; j < NF_QK8_0; j++) q[j] = q8_of(roundf(src[j] * id));
+    }
+}
+
+float nf_dot_q8_0(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++, a += NF_Q8_0_BYTES, b += NF_Q8_0_BYTES) {
+        const int8_t *qa = (const int8_t *)(a + 2), *qb = (const int8_t *)(b + 2);
+        int32_t s = 0;
+        for (int j = 0; j < NF_QK8_0; j++) s += (int32_t)qa[j] * (int32_t)qb[j];
+        sum += (float)s * (nf_ldh(a) * nf_ldh(b));
+    }
+    return sum;
+}

@@ -1,0 +1,79 @@
+/* quants.h — internal to src/formats: block layouts and the per-family kernels that dispatch.c routes to.
+ *
+ * Blocks are read and written through byte offsets and memcpy (never by casting to a struct pointer), so a
+ * row may start at any address (a GGUF tensor is only 32-byte aligned, and fuzzers hand us anything).
+ * All multi-byte fields are little-endian, as in ggml files; we assume a little-endian host.
+ *
+ * Each family file provides, for a whole number `nb` of blocks:
+ *   nf_dequant_<t>(src, dst, nb)            exact ggml dequantization (same float operations, same order)
+ *   nf_quant_<t>(src, dst, nb, qw)          reference quantizer; qw = per-element importance or NULL
+ *   nf_dot_<t>(nb, w, x)                    dot with the activation format of that type */
+#ifndef NF_FORMATS_QUANTS_H
+#define NF_FORMATS_QUANTS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "formats/formats.h"
+
+#define NF_QK8_0 32
+#define NF_QK_K 256
+
+/* Byte sizes and field offsets of each block (ggml layouts). */
+#define NF_Q8_0_BYTES 34    /* f16 d | int8 qs[32] */
+#define NF_Q8_K_BYTES 292   /* f32 d | int8 qs[256] | int16 bsums[16] */
+#define NF_Q4_K_BYTES 144   /* f16 d | f16 dmin | u8 scales[12] | u8 qs[128] */
+#define NF_Q6_K_BYTES 210   /* u8 ql[128] | u8 qh[64] | int8 scales[16] | f16 d */
+#define NF_Q2_K_BYTES 84    /* u8 scales[16] | u8 qs[64] | f16 d | f16 dmin */
+#define NF_IQ2_XXS_BYTES 66 /* f16 d | u16 qs[32] */
+
+static inline uint16_t nf_ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline uint32_t nf_ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline float nf_ldf32(const uint8_t *p) { float v; memcpy(&v, p, 4); return v; }
+static inline void nf_st16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static inline void nf_st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline float nf_ldh(const uint8_t *p) { return nf_f16_to_f32(nf_ld16(p)); }
+
+/* Round to nearest, ties to even (what ggml's nearest_int does), saturating instead of undefined for huge
+ * values and giving 0 for nan. */
+static inline int nf_nearest_int(float f) {
+    if (!(fabsf(f) < 4194303.0f)) return f != f ? 0 : (f > 0 ? 4194303 : -4194303);
+    return (int)lrintf(f);
+}
+static inline int nf_clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Scale searches shared by the K-quant quantizers (kquant_search.c). */
+float nf_make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse_type, const float *qw);
+float nf_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
+                          uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad);
+
+/* IQ2_XXS tables (iq2_tables.c). */
+extern const uint64_t nf_iq2xxs_grid[256];
+extern const uint8_t nf_iq2_ksigns[128];
+
+void nf_dequant_q8_0(const void *src, float *dst, int64_t nb);
+void nf_quant_q8_0(const float *src, void *dst, int64_t nb);
+float nf_dot_q8_0(int64_t nb, const void *w, const void *x);
+
+void nf_dequant_q8_k(const void *src, float *dst, int64_t nb);
+void nf_quant_q8_k(const float *src, void *dst, int64_t nb);
+float nf_dot_q8_k(int64_t nb, const void *w, const void *x);
+
+void nf_dequant_q4_k(const void *src, float *dst, int64_t nb);
+void nf_quant_q4_k(const float *src, void *dst, int64_t nb, const float *qw);
+float nf_dot_q4_k(int64_t nb, const void *w, const void *x);
+
+void nf_dequant_q6_k(const void *src, float *dst, int64_t nb);
+void nf_quant_q6_k(const float *src, void *dst, int64_t nb, const float *qw);
+float nf_dot_q6_k(int64_t nb, const void *w, const void *x);
+
+void nf_dequant_q2_k(const void *src, float *dst, int64_t nb);
+void nf_quant_q2_k(const float *src, void *dst, int64_t nb, const float *qw);
+float nf_dot_q2_k(int64_t nb, const void *w, const void *x);
+
+void nf_dequant_iq2_xxs(const void *src, float *dst, int64_t nb);
+void nf_quant_iq2_xxs(const float *src, void *dst, int64_t nb, const float *qw);
+float nf_dot_iq2_xxs(int64_t nb, const void *w, const void *x);
+
+#endif
