@@ -504,7 +504,42 @@ def sensitivity(model, ids, logits):
     return out
 
 
-def make_fixture(name, fx, outdir):
+def dump_layers(model, ids, dumpdir):
+    """Per-layer intermediates for debugging a port (not committed). Float32 little-endian, row-major:
+    LL.streams_in.f32 [S, hc_mult, H] (residual streams entering layer LL), LL.attn_in.f32 [S, H] (after
+    input_layernorm), LL.attn_out.f32 [S, H], LL.ffn_in.f32 [S, H] (after post_attention_layernorm),
+    LL.ffn_out.f32 [S, H]; final_norm.f32 [S, H] (input of lm_head)."""
+    os.makedirs(dumpdir, exist_ok=True)
+    tm = model.model.language_model
+    hs = []
+
+    def save(fn):
+        def hook(mod, args, out):
+            y = out[0] if isinstance(out, tuple) else out
+            y.detach()[0].float().numpy().astype("<f4").tofile(os.path.join(dumpdir, fn))
+
+        return hook
+
+    def save_in(fn):
+        def hook(mod, args):
+            args[0].detach()[0].float().numpy().astype("<f4").tofile(os.path.join(dumpdir, fn))
+
+        return hook
+
+    for i, layer in enumerate(tm.layers):
+        hs.append(layer.register_forward_pre_hook(save_in(f"{i:02d}.streams_in.f32")))
+        hs.append(layer.input_layernorm.register_forward_hook(save(f"{i:02d}.attn_in.f32")))
+        hs.append(layer.self_attn.register_forward_hook(save(f"{i:02d}.attn_out.f32")))
+        hs.append(layer.post_attention_layernorm.register_forward_hook(save(f"{i:02d}.ffn_in.f32")))
+        hs.append(layer.mlp.register_forward_hook(save(f"{i:02d}.ffn_out.f32")))
+    hs.append(tm.norm.register_forward_hook(save("final_norm.f32")))
+    with torch.no_grad():
+        model(input_ids=ids, use_cache=False)
+    for h in hs:
+        h.remove()
+
+
+def make_fixture(name, fx, outdir, dump=None):
     set_determinism()
     cfg = build_config(fx)
     tcfg = cfg.text_config
@@ -555,6 +590,8 @@ def make_fixture(name, fx, outdir):
     set_swiglu_limit(ref, tcfg.swiglu_limit)
     noclamp_diff = float((logits_nc - logits).abs().max())
     sens = sensitivity(ref, ids, logits) if fx["perturb"] else None
+    if dump:
+        dump_layers(ref, ids, os.path.join(dump, name))
 
     chunk_diff = float((logits_c - logits).abs().max())
     decode_diff = float((logits_d[S - ntail :] - logits[S - ntail :]).abs().max())
@@ -689,6 +726,8 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--out", default=os.path.normpath(os.path.join(here, "..", "tests", "data", "fixtures")))
     ap.add_argument("--only", default="", help="comma-separated fixture names")
+    ap.add_argument("--dump", default="", help="also write per-layer intermediates to DUMP/NAME/ (debugging; "
+                    "not committed; see dump_layers)")
     a = ap.parse_args()
     names = [n for n in a.only.split(",") if n] or list(FIXTURES)
     for n in names:
@@ -697,7 +736,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     ok = True
     for n in names:
-        meta, d = make_fixture(n, FIXTURES[n], a.out)
+        meta, d = make_fixture(n, FIXTURES[n], a.out, a.dump or None)
         c = meta["checks"]
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
         print(f"== {n}: {d} ({size / 1e6:.2f} MB)")
