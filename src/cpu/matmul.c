@@ -1,0 +1,155 @@
+/* matmul.c — threaded weight × activation products for the CPU backend (see matmul.h).
+ *
+ * Loop order: each task owns a block of weight rows and runs every token against each row while it is hot in
+ * cache, so prefill over T tokens reads the weights once. F32 rows are dotted directly; F16/BF16 rows are
+ * widened to f32 first (exact); quantized rows use the formats library's nf_vec_dot against activations
+ * converted once per call. */
+#include "cpu/matmul.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/formats.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+nf_mat nf_mat_of(const nf_tensor *t) {
+    nf_mat m;
+    m.data = t->data;
+    m.type = t->type;
+    m.n = t->ne[0];
+    m.rows = t->ne[1];
+    m.row_bytes = nf_row_bytes(t->type, t->ne[0]);
+    return m;
+}
+
+nf_mat nf_mat_slice(const nf_tensor *t, int64_t k) {
+    nf_mat m = nf_mat_of(t);
+    m.data = (const char *)t->data + (size_t)k * (size_t)m.rows * m.row_bytes;
+    return m;
+}
+
+nf_mat nf_mat_rows(nf_mat m, int64_t r0, int64_t nrows) {
+    m.data = (const char *)m.data + (size_t)r0 * m.row_bytes;
+    m.rows = nrows;
+    return m;
+}
+
+float nf_dot_f32(const float *a, const float *b, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    float acc = _mm_cvtss_f32(h);
+#else
+    float p[8] = {0};
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) p[j] += a[i + j] * b[i + j];
+    float acc = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+#endif
+    for (; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+void nf_mat_row_f32(const nf_mat *w, int64_t r, float *out) {
+    const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
+    if (w->type == NF_TYPE_F32) memcpy(out, row, (size_t)w->n * sizeof(float));
+    else nf_dequantize(w->type, row, out, w->n);
+}
+
+typedef struct {
+    const nf_mat *w;
+    const float *x;
+    const void *xq;       /* quantized activations, T rows of xq_bytes */
+    size_t xq_bytes;
+    int T;
+    int64_t ldx, ldy;
+    float *y;
+    int64_t rows_per_task;
+} mm_job;
+
+static void mm_rows(const mm_job *j, int64_t r0, int64_t r1) {
+    const nf_mat *w = j->w;
+    uint32_t type = w->type;
+    const nf_type_info *ti = nf_type_get(type);
+    if (type == NF_TYPE_F32) {
+        for (int64_t r = r0; r < r1; r++) {
+            const float *row = (const float *)((const char *)w->data + (size_t)r * w->row_bytes);
+            for (int t = 0; t < j->T; t++) j->y[t * j->ldy + r] = nf_dot_f32(row, j->x + t * j->ldx, w->n);
+        }
+    } else if (!ti->quantized) {
+        float *buf = malloc((size_t)w->n * sizeof(float));
+        if (!buf) abort();
+        for (int64_t r = r0; r < r1; r++) {
+            nf_mat_row_f32(w, r, buf);
+            for (int t = 0; t < j->T; t++) j->y[t * j->ldy + r] = nf_dot_f32(buf, j->x + t * j->ldx, w->n);
+        }
+        free(buf);
+    } else {
+        for (int64_t r = r0; r < r1; r++) {
+            const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
+            for (int t = 0; t < j->T; t++)
+                j->y[t * j->ldy + r] = nf_vec_dot(type, w->n, row, (const char *)j->xq + (size_t)t * j->xq_bytes);
+        }
+    }
+}
+
+static void mm_task(void *ctx, int64_t task, int thread) {
+    (void)thread;
+    const mm_job *j = ctx;
+    int64_t r0 = task * j->rows_per_task;
+    int64_t r1 = r0 + j->rows_per_task;
+    if (r1 > j->w->rows) r1 = j->w->rows;
+    mm_rows(j, r0, r1);
+}
+
+static void *prepare_activations(const nf_mat *w, const float *x, int T, int64_t ldx, size_t *bytes) {
+    uint32_t at = nf_vec_dot_type(w->type);
+    *bytes = nf_row_bytes(at, w->n);
+    void *xq = malloc(*bytes * (size_t)T + 64);
+    if (!xq) abort();
+    for (int t = 0; t < T; t++) nf_quantize_activation(w->type, x + t * ldx, (char *)xq + (size_t)t * *bytes, w->n);
+    return xq;
+}
+
+static void matmul_impl(nf_pool *pool, const nf_mat *w, const float *x, int T, int64_t ldx, float *y, int64_t ldy) {
+    if (T <= 0 || w->rows <= 0) return;
+    mm_job j = {.w = w, .x = x, .T = T, .ldx = ldx, .ldy = ldy, .y = y};
+    void *xq = NULL;
+    if (nf_type_get(w->type)->quantized) {
+        xq = prepare_activations(w, x, T, ldx, &j.xq_bytes);
+        j.xq = xq;
+    }
+    int nt = nf_pool_size(pool);
+    double work = (double)w->rows * (double)w->n * (double)T;
+    if (!pool || nt == 1 || work < 32768.0 || w->rows < 2) {
+        mm_rows(&j, 0, w->rows);
+    } else {
+        int64_t tasks = (int64_t)nt * 4;
+        if (tasks > w->rows) tasks = w->rows;
+        j.rows_per_task = (w->rows + tasks - 1) / tasks;
+        tasks = (w->rows + j.rows_per_task - 1) / j.rows_per_task;
+        nf_pool_run(pool, tasks, mm_task, &j);
+    }
+    free(xq);
+}
+
+void nf_matmul(nf_pool *pool, const nf_mat *w, const float *x, int T, int64_t ldx, float *y, int64_t ldy) {
+    matmul_impl(pool, w, x, T, ldx, y, ldy);
+}
+
+void nf_matmul_serial(const nf_mat *w, const float *x, int T, int64_t ldx, float *y, int64_t ldy) {
+    matmul_impl(NULL, w, x, T, ldx, y, ldy);
+}

@@ -1,0 +1,70 @@
+/* backend.h — the block interface the forward pass is written against.
+ *
+ * The forward pass (forward.c) says WHAT happens for a batch of T consecutive tokens of one sequence; a
+ * backend says HOW each block is computed. The CPU backend (src/cpu) is the reference; a CUDA backend will
+ * implement the same table. The forward never reads or writes activation memory itself: it asks the backend
+ * for buffers (which may live on a device), hands them to the blocks, and copies only the final logits (and
+ * optional indexer selections) back with to_host.
+ *
+ * Conventions: every activation is f32; a "T-row" buffer is T rows of the given width, token-major. X (the
+ * hyper-connection streams) is [T][hc][n_embd]. A mixing buffer `mix` holds per token the site's post weights
+ * and combination matrix: [T][hc + hc*hc] (post[hc], then comb[i][j] row-major, i = source stream,
+ * j = destination). The state's position `st->pos` is the position of the first of the T tokens; blocks
+ * append to the state's caches at [pos, pos+T) and the forward advances pos after the last layer.
+ * Every op returns 0, or -1 with nf_fail(). */
+#ifndef NF_MODEL_BACKEND_H
+#define NF_MODEL_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+#include "model/state.h"
+
+typedef struct nf_backend nf_backend;
+
+struct nf_backend {
+    const char *name;
+    const nf_model *model;
+    void *impl;
+
+    /* memory for activations */
+    void *(*alloc)(nf_backend *be, size_t bytes);
+    void (*release)(nf_backend *be, void *p);
+    int (*to_host)(nf_backend *be, void *dst, const void *src, size_t bytes);
+
+    /* X[t][s][:] = token_embd[tokens[t]] for every stream s */
+    int (*embed)(nf_backend *be, const int32_t *tokens, int T, float *X);
+    /* hyper-connection site (site 0 = attn, 1 = ffn) of layer il: h[T][n_embd] = sum_s pre[s] X[s],
+     * mix[T][hc + hc*hc] = (post, comb) for hc_post */
+    int (*hc_pre)(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix);
+    /* X[j] = post[j] * y + sum_i comb[i][j] X[i] */
+    int (*hc_post)(nf_backend *be, float *X, const float *y, const float *mix, int T);
+    /* out = RMSNorm(x) * w, rows of w->ne[0] */
+    int (*rmsnorm)(nf_backend *be, const nf_tensor *w, const float *x, int T, float *out);
+
+    /* KDA block: y[T][n_embd] from the attn-normed x; updates the layer's conv window and recurrent state */
+    int (*kda_block)(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y);
+    /* MLA projections: qr[T][q_lora] (normalised q latent), q[T][n_head*qk_nope]; appends the normalised kv
+     * latent of the T tokens to the layer's latent cache */
+    int (*mla_project)(nf_backend *be, int il, nf_state *st, const float *x, int T, float *qr, float *q);
+    /* DSA indexer: caches the T tokens' keys/gates (pooling completed pools), then selects the attended
+     * positions of each query: sel[T][width] (absolute positions, -1 padded), width = nf_topk_width() */
+    int (*indexer_select)(nf_backend *be, int il, nf_state *st, const float *x, const float *qr, int T,
+                          int32_t *sel);
+    /* sparse MLA attention over the selected positions, then the output projection: y[T][n_embd] */
+    int (*mla_attend)(nf_backend *be, int il, nf_state *st, const float *q, const int32_t *sel, int T, float *y);
+
+    int (*dense_mlp)(nf_backend *be, int il, const float *x, int T, float *y);
+    int (*moe_block)(nf_backend *be, int il, const float *x, int T, float *y);
+    /* logits[T][n_vocab] = output · (RMSNorm(mean_s X[s]) * output_norm) */
+    int (*head)(nf_backend *be, const float *X, int T, float *logits);
+
+    void (*destroy)(nf_backend *be);
+};
+
+/* Width of one query's selection row: index_topk + (kpool - 1 when the tail is force-selected). This is
+ * HF's top-k row width. */
+int nf_topk_width(const nf_hparams *hp);
+
+#endif

@@ -1,0 +1,142 @@
+/* forward.c — the forward pass of GLM-5.3-Flash, written once against the backend block interface
+ * (see forward.h for the sequence and backend.h for the blocks' contracts). This file owns the order of
+ * operations, the buffers that flow between blocks, and the hand-off of indexer selections to shared DSA
+ * layers; it never touches activation values itself. */
+#include "model/forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/error.h"
+
+int nf_topk_width(const nf_hparams *hp) {
+    int w = hp->idx_topk;
+    if (hp->idx_select_tail && hp->idx_kpool > 1) w += hp->idx_kpool - 1;
+    return w;
+}
+
+int nf_mla_layer_count(const nf_hparams *hp) {
+    int n = 0;
+    for (int l = 0; l < hp->n_layer; l++) n += hp->layer_kind[l] == NF_LAYER_MLA;
+    return n;
+}
+
+typedef struct {
+    float *X, *h, *x, *y, *mix, *qr, *q, *logits;
+    int32_t *sel;
+} fw_bufs;
+
+#define CHECK(call)                                                                                          \
+    do {                                                                                                     \
+        if ((call) < 0) goto fail;                                                                           \
+    } while (0)
+
+static void release_all(nf_backend *be, fw_bufs *b) {
+    void *ps[] = {b->X, b->h, b->x, b->y, b->mix, b->qr, b->q, b->logits, b->sel};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        if (ps[i]) be->release(be, ps[i]);
+}
+
+int nf_forward(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
+               nf_topk_dump *dump) {
+    const nf_model *m = be->model;
+    const nf_hparams *hp = &m->hp;
+    if (T <= 0) return nf_fail("forward: no tokens");
+    for (int t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
+            return nf_fail("forward: token id %d out of range [0, %d)", tokens[t], hp->n_vocab);
+    if (nf_state_reserve(st, st->pos + T) < 0) return -1;
+
+    const int n = hp->n_embd, hc = hp->hc_count;
+    const int width = nf_topk_width(hp);
+    const size_t f = sizeof(float);
+    fw_bufs b;
+    memset(&b, 0, sizeof b);
+    b.X = be->alloc(be, (size_t)T * hc * n * f);
+    b.h = be->alloc(be, (size_t)T * n * f);
+    b.x = be->alloc(be, (size_t)T * n * f);
+    b.y = be->alloc(be, (size_t)T * n * f);
+    b.mix = be->alloc(be, (size_t)T * (hc + hc * hc) * f);
+    int has_mla = nf_mla_layer_count(hp) > 0;
+    if (has_mla) {
+        b.qr = be->alloc(be, (size_t)T * hp->q_lora_rank * f);
+        b.q = be->alloc(be, (size_t)T * hp->n_head * hp->qk_nope_dim * f);
+        b.sel = be->alloc(be, (size_t)T * width * sizeof(int32_t));
+    }
+    if (!b.X || !b.h || !b.x || !b.y || !b.mix || (has_mla && (!b.qr || !b.q || !b.sel))) {
+        release_all(be, &b);
+        return nf_fail("forward: out of memory for %d tokens", T);
+    }
+
+    CHECK(be->embed(be, tokens, T, b.X));
+    int mla_index = 0, have_sel = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const nf_layer *L = &m->layers[il];
+        /* attention site */
+        CHECK(be->hc_pre(be, il, 0, b.X, T, b.h, b.mix));
+        CHECK(be->rmsnorm(be, &L->attn_norm, b.h, T, b.x));
+        if (hp->layer_kind[il] == NF_LAYER_KDA) {
+            CHECK(be->kda_block(be, il, st, b.x, T, b.y));
+        } else {
+            CHECK(be->mla_project(be, il, st, b.x, T, b.qr, b.q));
+            if (!hp->indexer_shared[il]) {
+                CHECK(be->indexer_select(be, il, st, b.x, b.qr, T, b.sel));
+                have_sel = 1;
+            } else if (!have_sel) {
+                nf_fail("forward: layer %d shares the indexer selection but no full indexer layer precedes it", il);
+                goto fail;
+            }
+            if (dump && dump->buf) {
+                for (int t = 0; t < T; t++) {
+                    int64_t p = st->pos + t;
+                    if (p >= dump->n_pos) break;
+                    CHECK(be->to_host(be, dump->buf + ((size_t)mla_index * dump->n_pos + (size_t)p) * width,
+                                      b.sel + (size_t)t * width, (size_t)width * sizeof(int32_t)));
+                }
+            }
+            CHECK(be->mla_attend(be, il, st, b.q, b.sel, T, b.y));
+            mla_index++;
+        }
+        CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
+        /* FFN site */
+        CHECK(be->hc_pre(be, il, 1, b.X, T, b.h, b.mix));
+        CHECK(be->rmsnorm(be, &L->ffn_norm, b.h, T, b.x));
+        if (hp->layer_moe[il]) CHECK(be->moe_block(be, il, b.x, T, b.y));
+        else CHECK(be->dense_mlp(be, il, b.x, T, b.y));
+        CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
+    }
+
+    if (logits) {
+        int first = all_logits ? 0 : T - 1;
+        int rows = T - first;
+        b.logits = be->alloc(be, (size_t)rows * hp->n_vocab * f);
+        if (!b.logits) {
+            nf_fail("forward: out of memory for %d rows of logits", rows);
+            goto fail;
+        }
+        CHECK(be->head(be, b.X + (size_t)first * hc * n, rows, b.logits));
+        CHECK(be->to_host(be, logits, b.logits, (size_t)rows * hp->n_vocab * f));
+    }
+    st->pos += T;
+    release_all(be, &b);
+    return 0;
+fail:
+    release_all(be, &b);
+    return -1;
+}
+
+int nf_prefill(nf_backend *be, nf_state *st, const int32_t *tokens, int64_t n, int chunk, float *logits,
+               int all_logits, nf_topk_dump *dump) {
+    if (n <= 0) return nf_fail("prefill: no tokens");
+    if (chunk <= 0 || chunk > n) chunk = (int)(n > 1 << 20 ? 1 << 20 : n);
+    const int64_t V = be->model->hp.n_vocab;
+    for (int64_t i = 0; i < n; i += chunk) {
+        int T = (int)(n - i < chunk ? n - i : chunk);
+        int last = i + T == n;
+        float *out = NULL;
+        if (logits && all_logits) out = logits + (size_t)i * V;
+        else if (logits && last) out = logits;
+        if (nf_forward(be, st, tokens + i, T, out, all_logits, dump) < 0) return -1;
+    }
+    return 0;
+}

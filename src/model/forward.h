@@ -1,0 +1,39 @@
+/* forward.h — the ONE definition of the GLM-5.3-Flash text forward pass, over any backend (backend.h).
+ *
+ *   embed → X[hc streams] → for each trunk layer:
+ *       [hc_pre → RMSNorm(attn_norm) → KDA | (MLA projections → DSA indexer → sparse MLA) → hc_post]
+ *       [hc_pre → RMSNorm(ffn_norm)  → dense MLP | MoE → hc_post]
+ *   → mean of streams → RMSNorm(output_norm) → lm_head
+ *
+ * Prefill and decode are the same call: T tokens continuing the sequence held in `st` (T = 1 is decode). */
+#ifndef NF_MODEL_FORWARD_H
+#define NF_MODEL_FORWARD_H
+
+#include <stdint.h>
+
+#include "model/backend.h"
+#include "model/state.h"
+
+/* Optional dump of the indexer's selections: buf is [n_mla_layers][n_pos][width] int32 (width =
+ * nf_topk_width), indexed by ABSOLUTE position (the state's pos + t); rows for positions >= n_pos are not
+ * written. MLA layers are numbered in layer order (0 = the first MLA layer). Shared-indexer layers get the
+ * selection they reused. */
+typedef struct {
+    int32_t *buf;
+    int64_t n_pos;
+} nf_topk_dump;
+
+/* Run T tokens through the model, advancing st->pos by T. logits (host memory) receives [T][n_vocab] when
+ * `all_logits`, else only the last token's [n_vocab] row; NULL skips the head. dump may be NULL. */
+int nf_forward(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
+               nf_topk_dump *dump);
+
+/* Prefill n tokens in chunks of `chunk` (<= 0: one call). logits as in nf_forward over all n tokens
+ * ([n][n_vocab] when all_logits). */
+int nf_prefill(nf_backend *be, nf_state *st, const int32_t *tokens, int64_t n, int chunk, float *logits,
+               int all_logits, nf_topk_dump *dump);
+
+/* Number of MLA layers among the trunk layers. */
+int nf_mla_layer_count(const nf_hparams *hp);
+
+#endif

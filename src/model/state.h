@@ -1,0 +1,81 @@
+/* state.h — everything one sequence carries between forward calls (host memory, fp32).
+ *
+ * Per KDA layer: the conv window (the last conv-1 PRE-conv q|k|v projections) and the recurrent state
+ * S[head][key][value]. Per MLA layer: the latent cache (kv_lora values per token, after kv_a_norm), and the
+ * indexer cache: the key and gate rows (idx_head_dim each) of the tokens of the still-open pool, and one pooled
+ * key per completed pool. Plus the position (tokens consumed so far).
+ *
+ *   layer l (KDA):  conv[(conv-1)][3*inner]  oldest row first     S[n_head][head_dim][head_dim]
+ *   layer l (MLA):  latent[pos][kv_lora]      pool_key[pos/kpool][idx_head_dim]
+ *                   open_key[kpool][idx_head_dim], open_gate[kpool][idx_head_dim]  (slot = token % kpool)
+ *
+ * The latent cache and the pooled keys only ever grow (append-only); the KDA state, conv windows and the
+ * open-pool rows are overwritten in place. That split gives three save/restore operations:
+ *
+ * - snapshot / restore: a complete deep copy (caches up to pos included). Restore works in any direction.
+ * - checkpoint at position p (nf_state_checkpoint while st->pos == p): a copy of only the fixed-size part
+ *   (KDA S, conv windows, open-pool rows) plus p. nf_state_rollback(st, ck) sets every fixed-size part back
+ *   and truncates the caches to p (latent rows [0,p), pooled keys [0, p/kpool)). Valid as long as the state
+ *   only moved forward from p (pos >= p) since the checkpoint and was not restored to another history — the
+ *   rows below p of append-only caches are then unchanged. This is what speculative decoding and prefix
+ *   reuse need: cost independent of the context length.
+ */
+#ifndef NF_MODEL_STATE_H
+#define NF_MODEL_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct {
+    int kind;               /* nf_layer_kind */
+    /* KDA */
+    float *conv;            /* [(conv-1) * 3*inner] */
+    float *S;               /* [n_head * head_dim * head_dim] */
+    /* MLA */
+    float *latent;          /* [cap * kv_lora] */
+    float *pool_key;        /* [(cap / kpool + 1) * idx_hd] */
+    float *open_key;        /* [kpool * idx_hd] */
+    float *open_gate;       /* [kpool * idx_hd] */
+} nf_layer_state;
+
+typedef struct nf_state {
+    int n_layer;
+    int64_t pos;            /* tokens consumed */
+    int64_t cap;            /* allocated token capacity of the MLA caches (grows on demand) */
+    /* dims copied from the hyperparameters */
+    int conv_rows, conv_width, kda_heads, kda_hd, kv_lora, idx_hd, kpool;
+    nf_layer_state *L;
+} nf_state;
+
+/* Fixed-size part of the state at one position (see the header comment). */
+typedef struct nf_state_ckpt {
+    int64_t pos;
+    size_t bytes;
+    float *data;            /* all fixed-size arrays, concatenated in layer order */
+} nf_state_ckpt;
+
+/* A fresh state (pos 0, zero KDA state/conv, empty caches) for the model's hyperparameters. `cap` is the
+ * initial token capacity (grown on demand). NULL on failure. */
+nf_state *nf_state_create(const nf_hparams *hp, int64_t cap);
+void nf_state_free(nf_state *st);
+/* Back to position 0 (zeroes the fixed-size arrays). */
+void nf_state_reset(nf_state *st);
+/* Make room for `n` tokens in total in the MLA caches. 0 or -1. */
+int nf_state_reserve(nf_state *st, int64_t n);
+
+/* Deep copies. nf_state_snapshot returns a new state equal to st; nf_state_restore copies src into dst
+ * (same model). */
+nf_state *nf_state_snapshot(const nf_state *st);
+int nf_state_restore(nf_state *dst, const nf_state *src);
+
+/* Checkpoint at the current position / roll back to it (see the header comment). */
+int nf_state_checkpoint(const nf_state *st, nf_state_ckpt *ck);
+int nf_state_rollback(nf_state *st, const nf_state_ckpt *ck);
+void nf_state_ckpt_free(nf_state_ckpt *ck);
+
+/* Bytes held by the state (fixed part + caches at the current capacity). */
+size_t nf_state_bytes(const nf_state *st);
+
+#endif
