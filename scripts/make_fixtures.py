@@ -254,7 +254,7 @@ class Probe:
                 if att.indexer is not None:
                     self.handles.append(att.indexer.register_forward_hook(self._indexer_hook(i), with_kwargs=True))
                 else:
-                    self.handles.append(att.register_forward_hook(self._shared_hook(i)))
+                    self.handles.append(att.register_forward_hook(self._shared_hook(i), with_kwargs=True))
             if record_stats:
                 self.handles.append(att.register_forward_hook(self._rms_hook(i, "attn")))
                 self.handles.append(layer.mlp.register_forward_hook(self._rms_hook(i, "ffn")))
@@ -277,10 +277,9 @@ class Probe:
         self.topk[i] = t[0] if i not in self.topk else torch.cat([self.topk[i], t[0]], 0)
 
     def _shared_hook(self, i):
-        def hook(mod, args, out):
-            # A shared layer's selection is the previous layer's; Glm5NextTextModel passes it as prev_topk_indices,
-            # which we do not see here, so it is filled in from layer i-1 after the pass (see finish()).
-            self.topk.setdefault(i, None)
+        def hook(mod, args, kwargs, out):
+            # The selection a shared layer actually used (Glm5NextTextModel hands it over as prev_topk_indices).
+            self._append_topk(i, kwargs["prev_topk_indices"])
 
         return hook
 
@@ -379,7 +378,7 @@ class Probe:
             if self.cfg.indexer_types[i] == "shared":
                 src = i - 1
                 assert self.cfg.layer_types[src] == MLA and self.cfg.indexer_types[src] == "full"
-                self.topk[i] = self.topk[src]
+                assert torch.equal(self.topk[i], self.topk[src]), f"shared layer {i} did not use layer {src}'s top-k"
                 source[str(i)] = f"shared: copy of layer {src}"
             else:
                 source[str(i)] = "indexer"
