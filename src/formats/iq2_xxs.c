@@ -11,7 +11,8 @@
  * weight*x^2 keeps the wrong sign), then try a range of scales: each 8-value sub-group is rounded to the nearest
  * levels; if that point is not on the 256-point grid the best of its nearest grid neighbours (precomputed
  * once) is taken under the weighted error; the scale with the best weighted least-squares fit wins and is
- * refined once. Weights are qw*sqrt(sigma2 + x^2) (ggml's), with qw = 1 when no importance vector is given.
+ * refined once. (ggml only tries scales that put the group maximum near the top level; we also try a few that
+ * put it lower, which matters for flat groups.) Weights are qw*sqrt(sigma2 + x^2) (ggml's), with qw = 1 when no importance vector is given.
  * Unlike ggml, the fit uses the true level values 1, 3.125, 5.375 rather than 1, 3, 5. Finally the 8 group
  * scales are coded in 4 bits against d = max/31. */
 #include "formats/quants.h"
@@ -174,8 +175,11 @@ void nf_quant_iq2_xxs(const float *x, void *dst, int64_t nb, const float *qw) {
             if (!(max > 1e-15f) || !(max < FLT_MAX)) continue;      /* zero (or non-finite) group: all zero */
             float best = 0.0f, scale = 0.0f;
             int cur[4];
-            for (int is = -8; is <= 8; is++) {
-                const float id = (level_val[2] + 0.1f * (float)is) / max;
+            /* the group maximum lands near the top level (17 trials), or on a lower level (6 more trials:
+             * these catch flat groups, e.g. a constant row is exactly the all-lowest-level point) */
+            static const float lower[6] = {1.0f, 1.5f, 2.0f, 2.5f, 3.125f, 3.7f};
+            for (int is = -8; is <= 14; is++) {
+                const float id = (is <= 8 ? level_val[2] + 0.1f * (float)is : lower[is - 9]) / max;
                 for (int k = 0; k < 4; k++) cur[k] = pick_point(xv + 8 * k, w + 8 * k, 1.0f / id, id);
                 float sumqx, sumq2;
                 fit(xv, w, cur, &sumqx, &sumq2);
