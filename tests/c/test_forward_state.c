@@ -1,0 +1,147 @@
+/* test_forward_state.c — the forward pass and the sequence state on a synthetic tiny model (nf-synth's
+ * "tiny" preset, F32): prefill in one call == chunked prefill == token-by-token decode (logits and indexer
+ * selections), snapshot/restore and checkpoint/rollback reproduce the same continuation, and bad input is
+ * rejected with a message. (Parity with transformers is tests/py/test_forward.py.) */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu/backend_cpu.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/recipe.h"
+#include "model/state.h"
+#include "model/synth.h"
+#include "util/error.h"
+
+#define N 44
+
+static nf_model *model;
+static nf_backend *be;
+static int32_t toks[N];
+static char path[128];
+
+static void setup(void) {
+    nf_hparams hp;
+    cr_assert_eq(nf_synth_preset("tiny", &hp), 0);
+    hp.n_nextn = 0;
+    hp.n_vocab = 512;
+    nf_synth_derive(&hp, 0);
+    snprintf(path, sizeof path, "/tmp/nf-test-forward-%d.gguf", (int)getpid());
+    cr_assert_eq(nf_synth_write(path, &hp, nf_recipe_find("f32"), 7, NULL, NULL, NULL), 0, "%s", nf_error());
+    model = nf_model_load(path);
+    cr_assert_not_null(model, "%s", nf_error());
+    be = nf_cpu_backend_create(model, 2);
+    cr_assert_not_null(be, "%s", nf_error());
+    uint64_t s = 3;
+    for (int i = 0; i < N; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        toks[i] = (int32_t)((s >> 33) % (uint64_t)model->hp.n_vocab);
+    }
+}
+
+static void teardown(void) {
+    nf_backend_free(be);
+    nf_model_free(model);
+    unlink(path);
+}
+
+static float max_rel(const float *a, const float *b, int rows, int V) {
+    float worst = 0;
+    for (int r = 0; r < rows; r++) {
+        float mx = 0, d = 0;
+        for (int i = 0; i < V; i++) {
+            mx = fmaxf(mx, fabsf(a[(size_t)r * V + i]));
+            d = fmaxf(d, fabsf(a[(size_t)r * V + i] - b[(size_t)r * V + i]));
+        }
+        worst = fmaxf(worst, d / (mx > 0 ? mx : 1));
+    }
+    return worst;
+}
+
+TestSuite(forward_state, .init = setup, .fini = teardown);
+
+Test(forward_state, prefill_chunked_and_decode_agree) {
+    const int V = model->hp.n_vocab, W = nf_topk_width(&model->hp), M = nf_mla_layer_count(&model->hp);
+    cr_assert_gt(M, 0);
+    float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * N * V);
+    int32_t *sref = malloc(sizeof(int32_t) * M * N * W), *sgot = malloc(sizeof(int32_t) * M * N * W);
+    nf_topk_dump dref = {sref, N}, dgot = {sgot, N};
+    nf_state *st = nf_state_create(&model->hp, 8); /* small capacity: exercises growth */
+    cr_assert_eq(nf_prefill(be, st, toks, N, 0, ref, 1, &dref), 0, "%s", nf_error());
+    cr_assert_eq(st->pos, N);
+    for (int i = 0; i < N * V; i++) cr_assert(isfinite(ref[i]));
+    /* the last query sees N tokens but attends only index_topk of them plus its tail: the indexer drops some */
+    int valid = 0;
+    for (int w = 0; w < W; w++) valid += sref[(size_t)(N - 1) * W + w] >= 0;
+    int kp = model->hp.idx_kpool;
+    cr_assert_eq(valid, model->hp.idx_topk + N % kp, "last query attends %d positions", valid);
+    int chunks[] = {1, 5, 17, 43};
+    for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
+        nf_state_reset(st);
+        memset(sgot, 0x7f, sizeof(int32_t) * M * N * W);
+        cr_assert_eq(nf_prefill(be, st, toks, N, chunks[c], got, 1, &dgot), 0, "%s", nf_error());
+        float r = max_rel(ref, got, N, V);
+        cr_assert(r <= 1e-5f, "chunk %d: max relative logit difference %g", chunks[c], r);
+        cr_assert(memcmp(sref, sgot, sizeof(int32_t) * M * N * W) == 0, "chunk %d: indexer selections differ", chunks[c]);
+    }
+    nf_state_free(st);
+    free(ref);
+    free(got);
+    free(sref);
+    free(sgot);
+}
+
+Test(forward_state, snapshot_restore_and_checkpoint_rollback) {
+    const int V = model->hp.n_vocab, a = 21, b = N - a;
+    float *ref = malloc(sizeof(float) * N * V), *got = malloc(sizeof(float) * b * V);
+    nf_state *st = nf_state_create(&model->hp, 16);
+    cr_assert_eq(nf_prefill(be, st, toks, N, 0, ref, 1, NULL), 0, "%s", nf_error());
+
+    /* snapshot at a, wander off on other tokens, restore, continue: same as the straight run */
+    nf_state_reset(st);
+    cr_assert_eq(nf_prefill(be, st, toks, a, 0, NULL, 0, NULL), 0);
+    nf_state *snap = nf_state_snapshot(st);
+    cr_assert_not_null(snap, "%s", nf_error());
+    int32_t other[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    cr_assert_eq(nf_prefill(be, st, other, 9, 4, NULL, 0, NULL), 0);
+    cr_assert_eq(nf_state_restore(st, snap), 0, "%s", nf_error());
+    cr_assert_eq(st->pos, a);
+    cr_assert_eq(nf_prefill(be, st, toks + a, b, 0, got, 1, NULL), 0);
+    cr_assert(max_rel(ref + (size_t)a * V, got, b, V) <= 1e-5f, "after restore");
+
+    /* checkpoint at a (not a pool boundary), decode token by token past several pools, roll back, redo */
+    nf_state_reset(st);
+    cr_assert_eq(nf_prefill(be, st, toks, a, 0, NULL, 0, NULL), 0);
+    nf_state_ckpt ck;
+    cr_assert_eq(nf_state_checkpoint(st, &ck), 0);
+    cr_assert_eq(nf_prefill(be, st, other, 9, 1, NULL, 0, NULL), 0);
+    cr_assert_eq(nf_state_rollback(st, &ck), 0, "%s", nf_error());
+    cr_assert_eq(st->pos, a);
+    cr_assert_eq(nf_prefill(be, st, toks + a, b, 1, got, 1, NULL), 0);
+    cr_assert(max_rel(ref + (size_t)a * V, got, b, V) <= 1e-5f, "after rollback");
+    /* a checkpoint ahead of the state is refused */
+    nf_state_reset(st);
+    cr_assert_eq(nf_state_rollback(st, &ck), -1);
+    cr_assert(strstr(nf_error(), "ahead") != NULL, "%s", nf_error());
+    nf_state_ckpt_free(&ck);
+    nf_state_free(snap);
+    nf_state_free(st);
+    free(ref);
+    free(got);
+}
+
+Test(forward_state, bad_tokens_are_rejected) {
+    nf_state *st = nf_state_create(&model->hp, 16);
+    int32_t bad[2] = {0, model->hp.n_vocab};
+    cr_assert_eq(nf_forward(be, st, bad, 2, NULL, 0, NULL), -1);
+    cr_assert(strstr(nf_error(), "out of range") != NULL, "%s", nf_error());
+    cr_assert_eq(st->pos, 0);
+    int32_t neg = -1;
+    cr_assert_eq(nf_forward(be, st, &neg, 1, NULL, 0, NULL), -1);
+    nf_state_free(st);
+}
