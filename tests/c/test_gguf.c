@@ -748,3 +748,53 @@ Test(gguf, open_errors_name_the_file) {
     assert_err("not a GGUF file");
     assert_err(path);
 }
+
+Test(gguf, lookup_among_many_keys_and_tensors) {
+    const char *path = tmp_path("many.gguf");
+    gguf_writer *w = gguf_writer_create(path);
+    enum { NK = 1000, NT = 300 };
+    char name[64];
+    for (int i = 0; i < NK; i++) {
+        int k = (i * 7919) % NK;  /* a permutation: declaration order differs from sorted order */
+        snprintf(name, sizeof name, "k.%d", k);
+        gguf_set_i32(w, name, k);
+    }
+    int64_t ne[1] = {32};
+    for (int i = 0; i < NT; i++) {
+        snprintf(name, sizeof name, "blk.%d.w", (i * 101) % NT);
+        cr_assert_eq(gguf_writer_add_tensor(w, name, NF_TYPE_Q8_0, 1, ne), i);
+    }
+    cr_assert_eq(gguf_writer_begin_data(w), 0);
+    uint8_t blk[34];
+    for (int i = 0; i < NT; i++) {
+        memset(blk, (i * 101) % NT, sizeof blk);
+        cr_assert_eq(gguf_writer_write_tensor(w, blk, 34), 0);
+    }
+    cr_assert_eq(gguf_writer_finish(w), 0, "%s", nf_error());
+    gguf_file *f = gguf_open(path);
+    cr_assert_not_null(f, "%s", nf_error());
+    for (int k = 0; k < NK; k++) {
+        int64_t v;
+        snprintf(name, sizeof name, "k.%d", k);
+        cr_assert_eq(gguf_get_i64(f, name, &v), 0, "%s", nf_error());
+        cr_assert_eq(v, k);
+    }
+    for (int k = 0; k < NT; k++) {
+        snprintf(name, sizeof name, "blk.%d.w", k);
+        const gguf_tensor *t = gguf_find_tensor(f, name);
+        cr_assert_not_null(t, "%s", name);
+        cr_assert_eq(((const uint8_t *)t->data)[33], k % 256);
+    }
+    cr_assert_null(gguf_find(f, "k.1000"));
+    cr_assert_null(gguf_find(f, "k."));
+    cr_assert_null(gguf_find_tensor(f, "blk.300.w"));
+    gguf_close(f);
+}
+
+Test(gguf, writer_cannot_create_output) {
+    gguf_writer *w = gguf_writer_create("/nonexistent-dir/x.gguf");
+    cr_assert_not_null(w);
+    gguf_set_u32(w, "x", 1);
+    cr_assert_eq(gguf_writer_finish(w), -1);
+    assert_err("/nonexistent-dir/x.gguf.tmp: cannot create: No such file or directory");
+}
