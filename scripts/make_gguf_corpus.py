@@ -2,8 +2,9 @@
 """make_gguf_corpus.py — write the seed corpus of the GGUF fuzzer (fuzz/corpus/gguf/).
 
 A handful of tiny valid files written with the `gguf` PyPI package (the reference writer), covering every
-metadata type, arrays (numeric, bool, string, empty), tensors of plain and block-quantized types, a custom
-alignment and an empty file. The fuzzer mutates these; keeping them small keeps mutations meaningful.
+metadata type, arrays (numeric, bool, string), tensors of plain and block-quantized types, a custom alignment
+and an empty file; plus, when build/libnf.so exists (NF_BUILD), one file from our own writer with what the
+package cannot write (empty arrays, an empty tensor, 4-d shapes). The fuzzer mutates these; keeping them small keeps mutations meaningful.
 Usage: python3 scripts/make_gguf_corpus.py [OUTDIR]   (default fuzz/corpus/gguf)
 """
 import os
@@ -65,6 +66,32 @@ def aligned(w):
     w.add_tensor("y", np.arange(5, dtype=np.float32))
 
 
+def ours_edge(path):
+    import ctypes as C
+    lib_path = os.path.join(os.environ.get("NF_BUILD", "build"), "libnf.so")
+    if not os.path.exists(lib_path):
+        print(f"{lib_path} not found: skipping {path}")
+        return
+    L = C.CDLL(os.path.abspath(lib_path))
+    L.gguf_writer_create.restype = C.c_void_p
+    L.gguf_writer_create.argtypes = [C.c_char_p]
+    for fn in ("gguf_set_u32", "gguf_set_arr", "gguf_set_arr_str", "gguf_writer_add_tensor",
+               "gguf_writer_begin_data", "gguf_writer_write_tensor", "gguf_writer_finish"):
+        getattr(L, fn).argtypes = None
+    w = C.c_void_p(L.gguf_writer_create(path.encode()))
+    L.gguf_set_u32(w, b"general.alignment", C.c_uint32(16))
+    L.gguf_set_arr(w, b"e.u8", C.c_int(int(VT.UINT8)), None, C.c_uint64(0))
+    L.gguf_set_arr_str(w, b"e.str", None, C.c_uint64(0))
+    shapes = [("empty", QT.F32, [0, 2]), ("cube", QT.F16, [2, 1, 2, 2])]
+    for name, qt, ne in shapes:
+        L.gguf_writer_add_tensor(w, name.encode(), C.c_uint32(int(qt)), C.c_uint32(len(ne)), (C.c_int64 * 4)(*ne))
+    assert L.gguf_writer_begin_data(w) == 0
+    assert L.gguf_writer_write_tensor(w, None, C.c_uint64(0)) == 0
+    data = (C.c_uint16 * 8)(*range(8))
+    assert L.gguf_writer_write_tensor(w, data, C.c_uint64(16)) == 0
+    assert L.gguf_writer_finish(w) == 0
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "fuzz/corpus/gguf"
     os.makedirs(out, exist_ok=True)
@@ -73,6 +100,7 @@ def main():
     write(os.path.join(out, "quant.gguf"), quant)
     write(os.path.join(out, "align64.gguf"), aligned, alignment=64)
     write(os.path.join(out, "empty.gguf"), lambda w: None)
+    ours_edge(os.path.join(out, "ours_edge.gguf"))
 
 
 if __name__ == "__main__":
