@@ -4,7 +4,7 @@
  * "tokenizers" model: vocab, merges, added tokens) and, if present, <hf_dir>/tokenizer_config.json (chat
  * template, special-token names), and declares the llama.cpp-compatible keys on the writer:
  *   tokenizer.ggml.model = "gpt2", tokenizer.ggml.pre = "glm4", tokenizer.ggml.tokens (string array, index =
- *   id, holes filled with "[PAD<id>]"), tokenizer.ggml.token_type (i32: 1 normal, 3 control, 4 user-defined,
+ *   id, holes and the rows up to config.json's vocab_size filled with "[PAD<id>]"), tokenizer.ggml.token_type (i32: 1 normal, 3 control, 4 user-defined,
  *   5 unused), tokenizer.ggml.merges ("a b" strings in rank order), tokenizer.ggml.{eos,padding,bos,unknown,
  *   eot,eom}_token_id where known, tokenizer.chat_template when tokenizer_config.json has one.
  * The same reader is used by the tests to load a tokenizer.json directly (nf_tokenizer_load_hf in
