@@ -17,6 +17,7 @@ rendering. Pass the training template's path with --template (see tests/data/cha
 comes from and its sha256); it is not committed.
 
 usage: scripts/make_chat_fixtures.py --template PATH [--out tests/data/chat/cases.json]
+                                    [--tokenizer models/tiny/tokenizer.json]
 """
 import argparse, hashlib, json, os, sys
 
@@ -188,6 +189,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--template", required=True, help="NeMo glm5_3_flash_training_chat_template.jinja")
     ap.add_argument("--out", default="tests/data/chat/cases.json")
+    ap.add_argument("--tokenizer", default="models/tiny/tokenizer.json",
+                    help="also store each prompt's ids from this tokenizer (the `tokenizers` library)")
     a = ap.parse_args()
     raw = open(a.template, encoding="utf-8").read()
     if raw.count(FINAL_TURN_TOKEN) != 1:
@@ -199,10 +202,18 @@ def main():
                       "edit": "removed " + FINAL_TURN_TOKEN,
                       "renderer": "transformers.utils.chat_template_utils.render_jinja_template"},
            "cases": []}
+    tok = None
+    if a.tokenizer and os.path.exists(a.tokenizer):
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(a.tokenizer)
+        out["source"]["ids_tokenizer"] = a.tokenizer
     for c in cases():
         c = dict(c)
-        c.pop("effort", None)
         c["expected"] = render(released, c)
+        if tok is not None:
+            # The library matches added tokens anywhere in the text; no case puts special-token text in
+            # request content, so this equals our template-only special tokens.
+            c["expected_ids"] = tok.encode(c["expected"], add_special_tokens=False).ids
         out["cases"].append(c)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w", encoding="utf-8") as f:
