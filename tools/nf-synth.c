@@ -70,6 +70,12 @@ static float parse_float(const char *flag, const char *v, double lo, double hi) 
     return (float)x;
 }
 
+static bool flag_given(int argc, char **argv, const char *flag) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], flag)) return true;
+    return false;
+}
+
 static int progress_last;
 static time_t progress_t0;
 static void progress(void *ctx, int index, int count, const nf_layout_tensor *t, uint64_t done, uint64_t total) {
@@ -149,6 +155,9 @@ int main(int argc, char **argv) {
         nf_die("unknown argument '%s' (see --help)", a);
     }
     if (!gate_rank_set) hp.kda_gate_rank = hp.kda_head_dim;
+    /* preset values that no longer fit an override are clamped; values the user gave are checked */
+    if (!flag_given(argc, argv, "--dense-lead") && hp.n_dense_lead > hp.n_layer) hp.n_dense_lead = hp.n_layer;
+    if (!flag_given(argc, argv, "--experts-used") && hp.n_expert_used > hp.n_expert) hp.n_expert_used = hp.n_expert;
     if (hp.n_dense_lead > hp.n_layer) nf_die("--dense-lead: %d exceeds --layers %d", hp.n_dense_lead, hp.n_layer);
     if (hp.n_layer + hp.n_nextn > NF_MAX_LAYERS)
         nf_die("--layers + --nextn: %d blocks exceed the limit of %d", hp.n_layer + hp.n_nextn, NF_MAX_LAYERS);
