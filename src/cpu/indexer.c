@@ -27,34 +27,42 @@ void nf_kpool_compress(const float *key, const float *gate, const float *ape, in
     }
 }
 
-typedef struct {
-    const float *score;
-} topk_ctx;
+/* a ranks before b: higher score, then lower index (a strict total order, so the selection is unique) */
+static inline int before(const float *s, int32_t a, int32_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); }
 
-static int cmp_desc(const void *a, const void *b, void *ctx) {
-    const float *s = ((const topk_ctx *)ctx)->score;
-    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    if (s[i] > s[j]) return -1;
-    if (s[i] < s[j]) return 1;
-    return (i > j) - (i < j);
+static void sift_down(const float *s, int32_t *h, int n, int i) {
+    /* min-heap under `before`: the root is the entry that ranks last */
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && before(s, h[m], h[l])) m = l;
+        if (r < n && before(s, h[m], h[r])) m = r;
+        if (m == i) return;
+        int32_t t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
 }
 
 int nf_topk_desc(const float *score, int n, int k, int32_t *out) {
     if (k > n) k = n;
     if (k <= 0) return 0;
-    int32_t *idx = malloc((size_t)n * sizeof(int32_t));
-    if (!idx) abort();
-    for (int i = 0; i < n; i++) idx[i] = i;
-    topk_ctx ctx = {score};
-    if (k == 1) {
-        int best = 0;
-        for (int i = 1; i < n; i++) if (score[i] > score[best]) best = i;
-        out[0] = best;
-    } else {
-        qsort_r(idx, (size_t)n, sizeof(int32_t), cmp_desc, &ctx);
-        memcpy(out, idx, (size_t)k * sizeof(int32_t));
+    /* keep the k best in a heap whose root is the worst of them: O(n log k) */
+    for (int i = 0; i < k; i++) out[i] = i;
+    for (int i = k / 2 - 1; i >= 0; i--) sift_down(score, out, k, i);
+    for (int i = k; i < n; i++) {
+        if (before(score, i, out[0])) {
+            out[0] = i;
+            sift_down(score, out, k, 0);
+        }
     }
-    free(idx);
+    /* heap sort into descending rank order */
+    for (int end = k - 1; end > 0; end--) {
+        int32_t t = out[0];
+        out[0] = out[end];
+        out[end] = t;
+        sift_down(score, out, end, 0);
+    }
     return k;
 }
 

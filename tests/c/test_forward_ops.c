@@ -86,6 +86,29 @@ Test(forward_ops, topk_descending_ties_by_ascending_index) {
     cr_assert_eq(nf_topk_desc(s, 3, 9, out), 3);
 }
 
+static const float *cmp_scores;
+static int cmp_rank(const void *a, const void *b) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    if (cmp_scores[i] != cmp_scores[j]) return cmp_scores[i] > cmp_scores[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+Test(forward_ops, topk_matches_full_sort_with_many_ties) {
+    enum { NS = 1000 };
+    static float s[NS];
+    static int32_t ref[NS], got[NS];
+    uint64_t seed = 17;
+    for (int i = 0; i < NS; i++) s[i] = (float)(int)(urand(&seed) * 20); /* 20 distinct values */
+    for (int i = 0; i < NS; i++) ref[i] = i;
+    cmp_scores = s;
+    qsort(ref, NS, sizeof ref[0], cmp_rank);
+    int ks[] = {1, 2, 7, 64, 512, 999, 1000};
+    for (size_t q = 0; q < sizeof ks / sizeof ks[0]; q++) {
+        cr_assert_eq(nf_topk_desc(s, NS, ks[q], got), ks[q]);
+        cr_assert(memcmp(got, ref, sizeof(int32_t) * ks[q]) == 0, "k = %d differs from the full sort", ks[q]);
+    }
+}
+
 /* KDA: one head, dk = dv = D, T tokens of random (already normalised) q, k, v, g < 0, beta in (0,1) */
 #define KD 8
 #define KT 11
