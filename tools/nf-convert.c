@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "convert/convert.h"
 #include "model/recipe.h"
@@ -92,7 +93,7 @@ int main(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
 
     if (nf_convert(&o, NULL) < 0) {
-        if (!o.quiet) fputc('\n', stderr);
+        if (!o.quiet && isatty(2)) fputc('\n', stderr); /* end the progress line */
         nf_die("%s", nf_error());
     }
     return cancel_flag ? 130 : 0;
