@@ -171,7 +171,7 @@ static void matmul_impl(nf_pool *pool, const nf_mat *w, const float *x, int T, i
     }
     int nt = nf_pool_size(pool);
     double work = (double)w->rows * (double)w->n * (double)T;
-    if (!pool || nt == 1 || work < 32768.0 || w->rows < 2) {
+    if (!pool || nt == 1 || work < 131072.0 || w->rows < 2) {
         mm_rows(&j, 0, w->rows);
     } else {
         int64_t tasks = (int64_t)nt * 4;

@@ -7,6 +7,7 @@
 #include "cpu/threads.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -50,7 +51,8 @@ static void *worker_main(void *arg) {
     int seen = 0;
     for (;;) {
         int gen = atomic_load_explicit(&p->generation, memory_order_acquire);
-        for (int spin = 0; gen == seen && spin < 20000; spin++) {
+        for (int spin = 0; gen == seen && spin < 4000; spin++) {
+            if (spin >= 1000) sched_yield(); /* be polite on an oversubscribed machine */
             gen = atomic_load_explicit(&p->generation, memory_order_acquire);
         }
         if (gen == seen) {
@@ -140,7 +142,8 @@ void nf_pool_run(nf_pool *p, int64_t n_tasks, nf_task_fn fn, void *ctx) {
     pthread_mutex_unlock(&p->mu);
     drain(p, 0);
     /* wait for the workers to leave this generation (spin a little, then sleep) */
-    for (int spin = 0; spin < 200000 && atomic_load_explicit(&p->busy, memory_order_acquire) > 0; spin++) {
+    for (int spin = 0; spin < 4000 && atomic_load_explicit(&p->busy, memory_order_acquire) > 0; spin++) {
+        if (spin >= 1000) sched_yield();
     }
     if (atomic_load_explicit(&p->busy, memory_order_acquire) > 0) {
         pthread_mutex_lock(&p->mu);
