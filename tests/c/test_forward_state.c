@@ -145,3 +145,46 @@ Test(forward_state, bad_tokens_are_rejected) {
     cr_assert_eq(nf_forward(be, st, &neg, 1, NULL, 0, NULL), -1);
     nf_state_free(st);
 }
+
+/* The quantized path end to end on a model without discrete choices (every expert used, indexer budget above
+ * the sequence length), where Q8_0 rounding can only move the logits a little: Q8 vs F32 of the same weights. */
+Test(forward_state, q8_close_to_f32_without_discrete_choices) {
+    nf_hparams hp;
+    cr_assert_eq(nf_synth_preset("tiny", &hp), 0);
+    hp.n_nextn = 0;
+    hp.n_vocab = 512;
+    hp.n_expert_used = hp.n_expert;
+    hp.idx_topk = 64 * hp.idx_kpool;
+    nf_synth_derive(&hp, 0);
+    const char *recipes[2] = {"f32", "q8"};
+    float *out[2];
+    int V = 0;
+    for (int r = 0; r < 2; r++) {
+        char p[160];
+        snprintf(p, sizeof p, "/tmp/nf-test-forward-smooth-%s-%d.gguf", recipes[r], (int)getpid());
+        cr_assert_eq(nf_synth_write(p, &hp, nf_recipe_find(recipes[r]), 11, NULL, NULL, NULL), 0, "%s", nf_error());
+        nf_model *m = nf_model_load(p);
+        cr_assert_not_null(m, "%s", nf_error());
+        nf_backend *b = nf_cpu_backend_create(m, 2);
+        nf_state *st = nf_state_create(&m->hp, N);
+        V = m->hp.n_vocab;
+        out[r] = malloc(sizeof(float) * N * V);
+        cr_assert_eq(nf_prefill(b, st, toks, N, 0, out[r], 1, NULL), 0, "%s", nf_error());
+        nf_state_free(st);
+        nf_backend_free(b);
+        nf_model_free(m);
+        unlink(p);
+    }
+    double mean = 0, mx = 0, amax = 0;
+    for (int i = 0; i < N * V; i++) {
+        double d = fabs(out[0][i] - out[1][i]);
+        mean += d;
+        mx = fmax(mx, d);
+        amax = fmax(amax, fabs(out[0][i]));
+    }
+    mean /= (double)N * V;
+    cr_log_info("q8 vs f32 (smooth tiny model): mean |dlogit| %.4g, max %.4g, max |logit| %.4g", mean, mx, amax);
+    cr_assert(mx <= 0.05 * amax && mean <= 0.01 * amax, "q8 vs f32: mean %g max %g (max |logit| %g)", mean, mx, amax);
+    free(out[0]);
+    free(out[1]);
+}
