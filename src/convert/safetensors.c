@@ -382,6 +382,15 @@ st_checkpoint *st_open_files(const char *const *paths, int n) {
     return ckpt_finish(c);
 }
 
+st_checkpoint *st_open_memory(const void *data, size_t size) {
+    st_file *f = st_file_open_memory(data, size);
+    if (!f) return NULL;
+    st_checkpoint *c = calloc(1, sizeof *c);
+    c->files = calloc(1, sizeof *c->files);
+    c->files[c->n_files++] = f;
+    return ckpt_finish(c);
+}
+
 static char *path_join(const char *dir, const char *name) {
     size_t n = strlen(dir) + strlen(name) + 2;
     char *s = malloc(n);

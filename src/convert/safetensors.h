@@ -55,6 +55,8 @@ const char *st_file_metadata(const st_file *f, const char *key);
 /* A checkpoint folder: model.safetensors.index.json if present (every shard it names), else
  * model.safetensors, else the single *.safetensors file of the folder. NULL with nf_error() on failure. */
 st_checkpoint *st_open_dir(const char *dir);
+/* A checkpoint of one in-memory image (the caller keeps `data` alive). Fuzzer and tests. */
+st_checkpoint *st_open_memory(const void *data, size_t size);
 /* A checkpoint made of explicit files (tests). */
 st_checkpoint *st_open_files(const char *const *paths, int n);
 void st_close(st_checkpoint *c);
