@@ -38,7 +38,13 @@ CUDA_LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/cuda/%.o)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 
 .PHONY: all cuda gpu-test test test-c test-py test-fuzz run deps fuzz fuzz-run clean
-all: $(TOOLS) $(BUILD)/libnf.so
+all: $(TOOLS) $(BUILD)/libnf.so $(BUILD)/nf-ab
+
+# nf-ab (A/B harness) is a shell entry point, scripts/nf-ab (logic in scripts/ab/, docs/ab.md); the build dir gets
+# a link to it so it sits beside the programs.
+$(BUILD)/nf-ab: scripts/nf-ab
+	@mkdir -p $(@D)
+	ln -sf $(abspath scripts/nf-ab) $@
 
 $(BUILD)/libnf.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
