@@ -156,8 +156,9 @@ int nf_hparams_load(const gguf_file *f, nf_hparams *hp) {
     TRY(req_int(r, "ssm.conv_kernel", &hp->kda_conv));
     TRY(req_f32(r, "kda.gate_lower_bound", &hp->kda_gate_lower_bound));
     int inner;
-    TRY(opt_int(r, "ssm.inner_size", &inner, hp->kda_n_head * hp->kda_head_dim));
-    if (inner != hp->kda_n_head * hp->kda_head_dim)
+    int64_t want_inner = (int64_t)hp->kda_n_head * hp->kda_head_dim;
+    TRY(opt_int(r, "ssm.inner_size", &inner, want_inner <= INT32_MAX ? (int)want_inner : -1));
+    if (inner != want_inner)
         return nf_fail("metadata key %s: %d != KDA heads %d x head_dim %d", K(r, "ssm.inner_size"), inner,
                        hp->kda_n_head, hp->kda_head_dim);
     hp->kda_gate_rank = hp->kda_head_dim;

@@ -52,6 +52,14 @@ bool nf_layout_type_ok(nf_role r, uint32_t type, int64_t row_len) {
 int nf_hparams_validate(const nf_hparams *hp) {
 #define POS(field) if (hp->field <= 0) return nf_fail("hparams: " #field " must be positive (got %d)", (int)hp->field)
     POS(n_layer); POS(n_embd); POS(n_vocab); POS(hc_count); POS(hc_sinkhorn_iters);
+    /* generous bounds that keep every derived product (hc mix width, head x dim) far from int overflow */
+#define MAXV(field, lim) if (hp->field > (lim)) return nf_fail("hparams: " #field " %d exceeds the limit %d", (int)hp->field, (int)(lim))
+    MAXV(n_embd, 1 << 24); MAXV(n_vocab, 1 << 26); MAXV(hc_count, 64); MAXV(n_head, 1 << 16);
+    MAXV(q_lora_rank, 1 << 24); MAXV(kv_lora_rank, 1 << 24); MAXV(qk_nope_dim, 1 << 16); MAXV(v_head_dim, 1 << 16);
+    MAXV(kda_n_head, 1 << 16); MAXV(kda_head_dim, 1 << 16); MAXV(kda_conv, 1 << 10); MAXV(kda_gate_rank, 1 << 24);
+    MAXV(idx_n_head, 1 << 16); MAXV(idx_head_dim, 1 << 16); MAXV(idx_kpool, 1 << 16);
+    MAXV(n_ff, 1 << 26); MAXV(n_ff_exp, 1 << 26); MAXV(n_expert, 1 << 20); MAXV(n_expert_shared, 1 << 10);
+#undef MAXV
     if (hp->n_nextn < 0) return nf_fail("hparams: n_nextn must be >= 0 (got %d)", hp->n_nextn);
     if (hp->n_layer + hp->n_nextn > NF_MAX_LAYERS)
         return nf_fail("hparams: %d blocks (n_layer %d + n_nextn %d) exceed the limit of %d", hp->n_layer + hp->n_nextn,
@@ -101,10 +109,18 @@ typedef struct {
     const nf_hparams *hp;
     nf_layout_tensor *out;
     int max, n;
+    char too_big[64];   /* first tensor whose element count exceeds NF_LAYOUT_MAX_ELEMENTS */
 } emitter;
+
+#define NF_LAYOUT_MAX_ELEMENTS ((int64_t)1 << 48)
 
 static void emit(emitter *e, int layer, bool mtp, const char *base, const char *suffix, nf_role role,
                  nf_bind_kind bind, size_t off, uint32_t nd, int64_t ne0, int64_t ne1, int64_t ne2) {
+    int64_t ne[3] = {ne0, nd > 1 ? ne1 : 1, nd > 2 ? ne2 : 1}, total = 1;
+    bool bad = false;
+    for (int d = 0; d < 3; d++) bad |= ne[d] <= 0 || __builtin_mul_overflow(total, ne[d], &total);
+    if ((bad || total > NF_LAYOUT_MAX_ELEMENTS) && !e->too_big[0])
+        snprintf(e->too_big, sizeof e->too_big, "%s%s%s", layer >= 0 ? "blk.N." : "", base, suffix);
     if (e->n < e->max) {
         nf_layout_tensor *t = &e->out[e->n];
         memset(t, 0, sizeof *t);
@@ -227,7 +243,7 @@ static void emit_mtp_layer(emitter *e, int il) {
 
 int nf_layout_tensors(const nf_hparams *hp, nf_layout_tensor *out, int max) {
     if (nf_hparams_validate(hp) < 0) return -1;
-    emitter em = {hp, out, out ? max : 0, 0}, *e = &em;
+    emitter em = {hp, out, out ? max : 0, 0, {0}}, *e = &em;
     const int il = -1;
     const bool mtp = false;
     emit(e, il, mtp, "token_embd", W, NF_ROLE_EMBD, MF(token_embd), 2, hp->n_embd, hp->n_vocab, 1);
@@ -235,6 +251,7 @@ int nf_layout_tensors(const nf_hparams *hp, nf_layout_tensor *out, int max) {
     emit(e, il, mtp, "output", W, NF_ROLE_OUTPUT, MF(output), 2, hp->n_embd, hp->n_vocab, 1);
     for (int l = 0; l < hp->n_layer; l++) emit_trunk_layer(e, l);
     for (int l = hp->n_layer; l < hp->n_layer + hp->n_nextn; l++) emit_mtp_layer(e, l);
+    if (em.too_big[0]) return nf_fail("hparams: tensor %s would have more than 2^48 elements", em.too_big);
     return em.n;
 }
 
@@ -307,7 +324,7 @@ int nf_layout_write_hparams(const nf_hparams *hp, gguf_writer *w) {
 
     /* KDA */
     gguf_set_u32(w, KEY("ssm.conv_kernel"), (uint32_t)hp->kda_conv);
-    gguf_set_u32(w, KEY("ssm.inner_size"), (uint32_t)(hp->kda_n_head * hp->kda_head_dim));
+    gguf_set_u32(w, KEY("ssm.inner_size"), (uint32_t)((int64_t)hp->kda_n_head * hp->kda_head_dim));
     gguf_set_u32(w, KEY("ssm.state_size"), (uint32_t)hp->kda_head_dim);
     gguf_set_u32(w, KEY("ssm.group_count"), (uint32_t)hp->kda_n_head);
     gguf_set_u32(w, KEY("kda.head_dim"), (uint32_t)hp->kda_head_dim);

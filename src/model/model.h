@@ -130,6 +130,8 @@ int nf_hparams_load(const gguf_file *f, nf_hparams *hp);
 /* Open a GGUF, read hparams and bind every tensor. NULL on failure; nf_error() lists every mismatch
  * (one per line, at most a screenful). */
 nf_model *nf_model_load(const char *path);
+/* The same from an opened file (e.g. gguf_open_memory); the model takes ownership of f (closed on failure too). */
+nf_model *nf_model_from_gguf(gguf_file *f);
 void nf_model_free(nf_model *m);
 /* The complete mismatch list of the last failed nf_model_load on this thread, one per line ("" if none);
  * nf_error() holds as many lines as fit in one message. */

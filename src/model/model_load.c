@@ -96,10 +96,19 @@ static void set_error_from_list(const strbuf *sb, int count, const char *path) {
 }
 
 nf_model *nf_model_load(const char *path) {
+    gguf_file *f = gguf_open(path);
+    if (!f) {
+        free(last_mismatches);
+        last_mismatches = NULL;
+        return NULL;
+    }
+    return nf_model_from_gguf(f);
+}
+
+nf_model *nf_model_from_gguf(gguf_file *f) {
     free(last_mismatches);
     last_mismatches = NULL;
-    gguf_file *f = gguf_open(path);
-    if (!f) return NULL;
+    const char *path = gguf_path(f);
     nf_model *m = nf_xcalloc(1, sizeof *m);
     m->file = f;
     if (nf_hparams_load(f, &m->hp) < 0) {
