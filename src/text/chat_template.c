@@ -55,6 +55,10 @@ static void ms_reserve(mstr *b, size_t extra) {
 
 static void ms_text(mstr *b, const char *s, size_t n) {
     ms_reserve(b, n);
+    if (n == 0) {
+        b->s[b->n] = 0;
+        return;
+    }
     memcpy(b->s + b->n, s, n);
     memset(b->m + b->n, 0, n);
     b->n += n;
@@ -99,6 +103,10 @@ static void ms_lit(mstr *b, const char *s) {
 
 static void ms_slice(mstr *dst, const mstr *src, size_t off, size_t n) {
     ms_reserve(dst, n);
+    if (n == 0) {
+        dst->s[dst->n] = 0;
+        return;
+    }
     memcpy(dst->s + dst->n, src->s + off, n);
     memcpy(dst->m + dst->n, src->m + off, n);
     dst->n += n;
