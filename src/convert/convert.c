@@ -592,7 +592,7 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
         goto out;
     }
     plan = calloc((size_t)n, sizeof *plan);
-    const char *recipe_note = NULL;
+    int n_fallback = 0;
     for (int i = 0; i < n; i++) {
         plan[i].lt = &lts[i];
         plan_one(&c, &plan[i]);
@@ -603,7 +603,7 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
         int64_t rows = nf_layout_nelements(&lts[i]) / lts[i].ne[0];
         plan[i].out_bytes = nf_row_bytes(plan[i].type, lts[i].ne[0]) * (uint64_t)rows;
         c.total_in += plan[i].src_bytes;
-        if (plan[i].fell_back) recipe_note = lts[i].name;
+        if (plan[i].fell_back) n_fallback++;
     }
     if (c.n_err) {
         char more[64] = "";
@@ -632,11 +632,16 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
                            "not converted yet\n", st.n_skipped_mtp, hp->n_layer, c.cfg.n_mtp_config);
         if (c.cfg.defaulted[0])
             fprintf(c.log, "nf-convert: note: config.json lacks %s: using the transformers default\n", c.cfg.defaulted);
-        if (recipe_note)
-            fprintf(c.log, "nf-convert: note: some rows do not fit the recipe's block size (e.g. %s): fell back to a "
-                           "smaller block type\n", recipe_note);
+        int shown = 0;
+        for (int i = 0; i < n && n_fallback; i++) {
+            if (!plan[i].fell_back) continue;
+            if (shown++ < 12)
+                fprintf(c.log, "nf-convert: %s: rows of %lld do not fit %s, stored as %s\n", lts[i].name,
+                        (long long)lts[i].ne[0], nf_type_get(recipe->type[lts[i].role])->name,
+                        nf_type_get(plan[i].type)->name);
+        }
+        if (n_fallback > 12) fprintf(c.log, "nf-convert: ... %d fallbacks in all\n", n_fallback);
     }
-
     /* ---- declare ---- */
     w = gguf_writer_create(o->out_path);
     if (!w) goto out;
@@ -754,8 +759,10 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
         for (int i = 0; i < n; i++) {
             char shp[64];
             fmt_ne(plan[i].lt->ne, plan[i].lt->n_dims, shp, sizeof shp);
+            char ty[24];
+            snprintf(ty, sizeof ty, "%s%s", nf_type_get(plan[i].type)->name, plan[i].fell_back ? "*" : "");
             fprintf(c.log, "%-40s %-18s %-16s %-26s %-8s %12llu\n", plan[i].lt->name, shp, plan[i].src_desc, plan[i].label,
-                    nf_type_get(plan[i].type)->name, (unsigned long long)plan[i].out_bytes);
+                    ty, (unsigned long long)plan[i].out_bytes);
         }
         char bi[32], bo[32], rb[32];
         fmt_bytes((double)st.bytes_in, bi, sizeof bi);
@@ -763,6 +770,7 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
         fmt_bytes(st.seconds > 0 ? (double)st.bytes_in / st.seconds : 0, rb, sizeof rb);
         fprintf(c.log, "\n%d tensors, recipe %s: read %s, wrote %s in %.1f s (%s/s) -> %s\n", n, recipe->name, bi, bo,
                 st.seconds, rb, o->out_path);
+        if (n_fallback) fprintf(c.log, "%d tensors (marked *) fell back to a smaller-block type\n", n_fallback);
         if (st.n_skipped_mtp || st.n_ignored_vision || st.n_unused)
             fprintf(c.log, "skipped: %d MTP-layer tensors (not converted yet), %d vision tensors, %d unused\n",
                     st.n_skipped_mtp, st.n_ignored_vision, st.n_unused);
