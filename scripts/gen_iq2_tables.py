@@ -3,7 +3,7 @@
 
 These are format facts (the values every IQ2_XXS file is decoded with). The grid is taken from the `gguf`
 package's compact encoding (2 bits per coordinate mapped to 0x08/0x19/0x2b); the sign table is computed: entry i
-is the 7 stored sign bits i plus an 8th bit that makes the number of minus signs even."""
+is the 7 stored sign bits i plus an 8th bit that makes the number of minus signs even; the sign masks are the same bits spread to bytes."""
 import gguf.quants as q
 
 cls = q.IQ2_XXS
@@ -31,5 +31,12 @@ out.append("")
 out.append("const uint8_t nf_iq2_ksigns[128] = {")
 for i in range(0, 128, 16):
     out.append("    " + " ".join("0x%02x," % v for v in ksigns[i:i + 16]))
+out.append("};")
+out.append("")
+out.append("/* nf_iq2_signmask[i]: byte k is 0xFF where bit k of nf_iq2_ksigns[i] is set, else 0x01 (for sign_epi8). */")
+out.append("const uint64_t nf_iq2_signmask[128] = {")
+masks = [sum((0xFF if (v >> k) & 1 else 0x01) << (8 * k) for k in range(8)) for v in ksigns]
+for i in range(0, 128, 4):
+    out.append("    " + " ".join("0x%016xull," % v for v in masks[i:i + 4]))
 out.append("};")
 open("src/formats/iq2_tables.c", "w").write("\n".join(out) + "\n")

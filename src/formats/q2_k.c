@@ -98,13 +98,11 @@ float nf_dot_q2_k(int64_t nb, const void *w, const void *x) {
                 for (int l = 0; l < 32; l++) aux[128 * n + 32 * k + l] = (q[32 * n + l] >> (2 * k)) & 3;
         int32_t sumi = 0, summ = 0;
         for (int j = 0; j < 16; j++) {
-            int32_t s = 0;
-            for (int l = 0; l < 16; l++) s += (int32_t)aux[16 * j + l] * (int32_t)q8[16 * j + l];
-            sumi += (int32_t)(sc[j] & 0xF) * s;
+            sumi += (int32_t)(sc[j] & 0xF) * nf_sdot_ui(aux + 16 * j, q8 + 16 * j, 16);
             summ += (int32_t)(sc[j] >> 4) * bsums[j];
         }
-        const float dy = nf_ldf32(b);
-        sum += nf_ldh(a + 80) * dy * (float)sumi - nf_ldh(a + 82) * dy * (float)summ;
+        const float dy = nf_ldf32(b), d = nf_ldh_fast(a + 80) * dy;
+        sum += d * (float)sumi - nf_ldh_fast(a + 82) * dy * (float)summ;
     }
     return sum;
 }

@@ -116,13 +116,11 @@ float nf_dot_q4_k(int64_t nb, const void *w, const void *x) {
         for (int j = 0; j < 8; j++) {
             uint8_t sc, m;
             get_scale_min(j, a + 4, &sc, &m);
-            int32_t s = 0;
-            for (int l = 0; l < 32; l++) s += (int32_t)aux[32 * j + l] * (int32_t)q8[32 * j + l];
-            sumi += (int32_t)sc * s;
+            sumi += (int32_t)sc * nf_sdot_ui(aux + 32 * j, q8 + 32 * j, 32);
             summ += (int32_t)m * (bsums[2 * j] + bsums[2 * j + 1]);
         }
-        const float dy = nf_ldf32(b);
-        sum += nf_ldh(a) * dy * (float)sumi - nf_ldh(a + 2) * dy * (float)summ;
+        const float dy = nf_ldf32(b), d = nf_ldh_fast(a) * dy;
+        sum += d * (float)sumi - nf_ldh_fast(a + 2) * dy * (float)summ;
     }
     return sum;
 }

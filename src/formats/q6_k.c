@@ -102,12 +102,8 @@ float nf_dot_q6_k(int64_t nb, const void *w, const void *x) {
             }
         }
         int32_t sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int32_t s = 0;
-            for (int l = 0; l < 16; l++) s += (int32_t)aux[16 * j + l] * (int32_t)q8[16 * j + l];
-            sumi += (int32_t)sc[j] * s;
-        }
-        sum += nf_ldh(a + 208) * nf_ldf32(b) * (float)sumi;
+        for (int j = 0; j < 16; j++) sumi += (int32_t)sc[j] * nf_sdot_ii(aux + 16 * j, q8 + 16 * j, 16);
+        sum += nf_ldh_fast(a + 208) * nf_ldf32(b) * (float)sumi;
     }
     return sum;
 }

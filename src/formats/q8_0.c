@@ -41,9 +41,7 @@ float nf_dot_q8_0(int64_t nb, const void *w, const void *x) {
     float sum = 0.0f;
     for (int64_t i = 0; i < nb; i++, a += NF_Q8_0_BYTES, b += NF_Q8_0_BYTES) {
         const int8_t *qa = (const int8_t *)(a + 2), *qb = (const int8_t *)(b + 2);
-        int32_t s = 0;
-        for (int j = 0; j < NF_QK8_0; j++) s += (int32_t)qa[j] * (int32_t)qb[j];
-        sum += (float)s * (nf_ldh(a) * nf_ldh(b));
+        sum += (float)nf_sdot_ii(qa, qb, NF_QK8_0) * (nf_ldh_fast(a) * nf_ldh_fast(b));
     }
     return sum;
 }

@@ -17,6 +17,16 @@
 
 #include "formats/formats.h"
 
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
+
+/* Dequantization must be bit-exact with ggml and the gguf package: no fused multiply-add contraction. GCC
+ * does not contract in ISO C mode (-std=c11, as the Makefile builds); clang needs to be told. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #define NF_QK8_0 32
 #define NF_QK_K 256
 
@@ -34,6 +44,27 @@ static inline float nf_ldf32(const uint8_t *p) { float v; memcpy(&v, p, 4); retu
 static inline void nf_st16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 static inline void nf_st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static inline float nf_ldh(const uint8_t *p) { return nf_f16_to_f32(nf_ld16(p)); }
+/* The same for the dot products: a hardware conversion where there is one (equal for every non-nan value). */
+static inline float nf_ldh_fast(const uint8_t *p) {
+#if defined(__F16C__)
+    return _cvtsh_ss(nf_ld16(p));
+#else
+    return nf_ldh(p);
+#endif
+}
+
+/* Integer dot of n int8 (or uint8) pairs. Written as a plain reduction because GCC recognizes it as a
+ * widening multiply-add (pmaddwd / vpdpbusd) and vectorizes it whole; callers pass a constant n. */
+static inline int32_t nf_sdot_ii(const int8_t *a, const int8_t *b, int n) {
+    int32_t s = 0;
+    for (int j = 0; j < n; j++) s += (int32_t)a[j] * (int32_t)b[j];
+    return s;
+}
+static inline int32_t nf_sdot_ui(const uint8_t *a, const int8_t *b, int n) {
+    int32_t s = 0;
+    for (int j = 0; j < n; j++) s += (int32_t)a[j] * (int32_t)b[j];
+    return s;
+}
 
 /* Round to nearest, ties to even (what ggml's nearest_int does), saturating instead of undefined for huge
  * values and giving 0 for nan. */
@@ -51,6 +82,7 @@ float nf_make_qkx2_quants(int n, int nmax, const float *x, const float *weights,
 /* IQ2_XXS tables (iq2_tables.c). */
 extern const uint64_t nf_iq2xxs_grid[256];
 extern const uint8_t nf_iq2_ksigns[128];
+extern const uint64_t nf_iq2_signmask[128];
 
 void nf_dequant_q8_0(const void *src, float *dst, int64_t nb);
 void nf_quant_q8_0(const float *src, void *dst, int64_t nb);
