@@ -798,3 +798,14 @@ Test(gguf, writer_cannot_create_output) {
     cr_assert_eq(gguf_writer_finish(w), -1);
     assert_err("/nonexistent-dir/x.gguf.tmp: cannot create: No such file or directory");
 }
+
+Test(gguf, declarations_after_begin_data_fail_the_file) {
+    const char *path = tmp_path("late.gguf");
+    gguf_writer *w = gguf_writer_create(path);
+    gguf_set_u32(w, "a", 1);
+    cr_assert_eq(gguf_writer_begin_data(w), 0);
+    gguf_set_u32(w, "b", 2);  /* too late: the metadata is already written */
+    cr_assert_eq(gguf_writer_finish(w), -1);
+    assert_err("key 'b' set after the data section was started");
+    cr_assert(!exists(path) && !exists(tmp_path("late.gguf.tmp")));
+}

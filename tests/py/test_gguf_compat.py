@@ -324,3 +324,18 @@ def test_our_file_read_by_package(lib, tmp_path, alignment):
     kvs, tensors, _, align = read_ours(lib, path)
     assert align == (alignment or 32)
     assert [t[4] for t in tensors] == [np.ascontiguousarray(d).tobytes() for _, d, _, _ in tens]
+
+
+def test_nf_gguf_json_survives_invalid_utf8(lib, tmp_path):
+    path = str(tmp_path / "bytes.gguf")
+    w = lib.gguf_writer_create(path.encode())
+    lib.gguf_set_str(w, b"bad.utf8", b"ok\xff\xfe end")
+    lib.gguf_set_str(w, b"ctl", b"line1\nline2\t\"q\"")
+    assert lib.gguf_writer_finish(w) == 0, lib.nf_error()
+    out = subprocess.run([os.path.join(BUILD, "nf-gguf"), "--json", path], capture_output=True)
+    assert out.returncode == 0, out.stderr
+    meta = {m["key"]: m["value"] for m in json.loads(out.stdout.decode("utf-8"))["metadata"]}
+    assert meta["bad.utf8"] == "ok?? end"
+    assert meta["ctl"] == "line1\nline2\t\"q\""
+    out = subprocess.run([os.path.join(BUILD, "nf-gguf"), path], capture_output=True)
+    assert out.returncode == 0 and b'"line1\\nline2\\t\\"q\\""' in out.stdout, out.stdout
