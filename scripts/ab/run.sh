@@ -126,7 +126,6 @@ if [ -n "$busy" ] && [ $allow_busy -eq 0 ]; then
   ab_refuse "other compute processes on the GPU: $(echo "$busy" | tr '\n' ';') (--allow-busy-gpu to run anyway)"
 fi
 frontiers=$(ab_frontiers "$ctx_start" "$ctx_max" "$step_incr" "$step_mul" | tr '\n' ' ')
-nfront=$(wc -w <<<"$frontiers")
 
 # one machine-scoped lock for the whole sweep, held by this shell (never two A/Bs at once)
 lock=${NF_AB_LOCK:-/tmp/nf-ab.lock}
