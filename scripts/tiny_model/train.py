@@ -282,7 +282,8 @@ def main():
                 torch.cuda.synchronize()
                 tps = 2 * B * S / (time.time() - t1)
                 log(fh, event="probe", batch=B, tok_per_s=round(tps), mem_gb=round(torch.cuda.max_memory_allocated() / 2**30, 1))
-                if best is None or tps > best[1] * 1.05:
+                steps_proj = (a.time_limit - 80.0) / (B * S / tps)  # keep >= ~300 optimizer steps
+                if best is None or (tps > best[1] * 1.05 and steps_proj >= 300):
                     best = (B, tps)
             except torch.OutOfMemoryError:
                 log(fh, event="probe_oom", batch=B)
