@@ -48,6 +48,8 @@ struct gguf_writer {
     size_t n_kv, cap_kv;
     wtensor *ts;
     size_t n_t, cap_t;
+    size_t *hash;       /* open-addressing set of tensor indices + 1 by name (0 = empty), for duplicate checks */
+    size_t hash_cap;    /* power of two, kept at least twice n_t */
     size_t next;        /* next tensor to write */
     uint64_t alignment;
     int state;
@@ -225,6 +227,33 @@ void gguf_writer_set_alignment(gguf_writer *w, uint32_t alignment) {
     gguf_set_u32(w, "general.alignment", alignment);
 }
 
+static size_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;  /* FNV-1a */
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    return (size_t)h;
+}
+
+/* Slot of `name` in the hash set: the slot holding it, or the empty slot where it would go. */
+static size_t hash_slot(const gguf_writer *w, const char *name) {
+    size_t m = w->hash_cap - 1, i = name_hash(name) & m;
+    while (w->hash[i] && strcmp(w->ts[w->hash[i] - 1].name, name)) i = (i + 1) & m;
+    return i;
+}
+
+/* Make room for one more name (rehash into twice the size when half full). */
+static int hash_reserve(gguf_writer *w) {
+    if (2 * (w->n_t + 1) <= w->hash_cap) return 0;
+    size_t nc = w->hash_cap ? 2 * w->hash_cap : 256, *old = w->hash, oc = w->hash_cap;
+    size_t *h = calloc(nc, sizeof *h);
+    if (!h) return -1;
+    w->hash = h;
+    w->hash_cap = nc;
+    for (size_t i = 0; i < oc; i++)
+        if (old[i]) w->hash[hash_slot(w, w->ts[old[i] - 1].name)] = old[i];
+    free(old);
+    return 0;
+}
+
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims, const int64_t *ne) {
     if (w->state != W_DECLARING) return wbreak(w, "%s: tensor '%s' declared after the data section was started", w->path, name);
     size_t nl = name ? strlen(name) : 0;
@@ -248,8 +277,9 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint
     if (__builtin_mul_overflow((uint64_t)ne[0] / (uint64_t)ti->block_size, ti->block_bytes, &size) ||
         __builtin_mul_overflow(size, rows, &size))
         return nf_fail("%s: tensor '%s': byte size overflows", w->path, name);
-    for (size_t i = 0; i < w->n_t; i++)
-        if (!strcmp(w->ts[i].name, name)) return nf_fail("%s: duplicate tensor name '%s'", w->path, name);
+    if (hash_reserve(w)) return wfail(w, "%s: out of memory", w->path);
+    size_t slot = hash_slot(w, name);
+    if (w->hash[slot]) return nf_fail("%s: duplicate tensor name '%s'", w->path, name);
     if (w->n_t == w->cap_t) {
         size_t nc = w->cap_t ? 2 * w->cap_t : 64;
         wtensor *t = realloc(w->ts, nc * sizeof *t);
@@ -264,7 +294,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint
     t->n_dims = n_dims;
     for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = (uint32_t)d < n_dims ? ne[d] : 1;
     t->size = size;
-    return (int)w->n_t++;
+    w->hash[slot] = ++w->n_t;
+    return (int)w->n_t - 1;
 }
 
 /* ---- output ---- */
@@ -363,6 +394,7 @@ static void free_writer(gguf_writer *w) {
     }
     free(w->kvs);
     free(w->ts);
+    free(w->hash);
     free(w->iobuf);
     free(w->path);
     free(w->tmp);
