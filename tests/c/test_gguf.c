@@ -8,6 +8,7 @@
 #include "gguf/gguf.h"
 #include "util/error.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,25 @@ static const char *tmp_path(const char *name) {
     snprintf(p, 256, "%s/%s", tmpdir, name);
     return p;
 }
+
+/* Remove the test's temporary directory (each Criterion test runs in its own process). */
+static void cleanup(void) {
+    if (!tmpdir[0]) return;
+    DIR *d = opendir(tmpdir);
+    if (d) {
+        struct dirent *e;
+        char p[512];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                snprintf(p, sizeof p, "%s/%s", tmpdir, e->d_name);
+                unlink(p);
+            }
+        closedir(d);
+    }
+    rmdir(tmpdir);
+}
+
+TestSuite(gguf, .fini = cleanup);
 
 static bool exists(const char *path) {
     struct stat st;
