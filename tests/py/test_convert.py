@@ -473,3 +473,17 @@ def test_unknown_recipe_and_usage(tmp_path):
     r = subprocess.run([NF_CONVERT, str(tmp_path / "nope"), "-o", str(tmp_path / "o.gguf")], capture_output=True,
                        text=True)
     assert r.returncode != 0 and "not a folder" in r.stderr
+
+
+def test_tied_embeddings(tmp_path):
+    d = copy_fixture(tmp_path, "fused")
+    raw = read_safetensors(d / "model.safetensors")
+    raw.pop("lm_head.weight")
+    write_safetensors(d / "model.safetensors", raw)
+    expect_fail(d, tmp_path / "o.gguf", "output.weight", "lm_head.weight not found")
+    edit_config(d, lambda t, c: t.update(tie_word_embeddings=True))
+    out = tmp_path / "t.gguf"
+    r = convert(str(d), out)
+    assert r.returncode == 0, r.stderr
+    _, t = gguf_tensors(out)
+    assert np.array_equal(t["output.weight"][2], t["token_embd.weight"][2])
