@@ -125,10 +125,6 @@ static void cpu_destroy(nf_backend *be) {
     free(be);
 }
 
-void nf_backend_free(nf_backend *be) {
-    if (be && be->destroy) be->destroy(be);
-}
-
 nf_backend *nf_cpu_backend_create(const nf_model *m, int n_threads) {
     const nf_hparams *hp = &m->hp;
     if (hp->hc_count < 1 || hp->hc_count > 16) return (void)nf_fail("cpu backend: hc_count %d unsupported", hp->hc_count), NULL;

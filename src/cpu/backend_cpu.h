@@ -7,6 +7,5 @@
 
 /* n_threads <= 0: NF_THREADS or the number of online CPUs. NULL on failure (nf_error()). */
 nf_backend *nf_cpu_backend_create(const nf_model *m, int n_threads);
-void nf_backend_free(nf_backend *be);
 
 #endif

@@ -8,7 +8,10 @@
  * w = (Wproj x) / sqrt(heads); score(p) = sum_h w_h relu(iq_h·P_p / sqrt(hd)) over the (a+1)/kpool complete
  * pools; the top index_topk/kpool pools (descending score, ties by ascending pool index) expand to their
  * token positions, followed by the open tail a - (a+1)%kpool + 1 .. a, then -1 padding to the row width.
- * When every complete pool fits in the budget all are taken (in ascending order). Queries run in parallel. */
+ * When every complete pool fits in the budget all are taken (in ascending order). Queries run in parallel.
+ * Without the forced tail (kpool_select_tail false) a query before its first complete pool selects nothing and
+ * mla_attend outputs zeros for it; HF would then attend uniformly over the whole cache (every score masked to
+ * the same minimum), a degenerate case no released config uses. */
 #include "cpu/cpu.h"
 
 #include <stdlib.h>

@@ -6,7 +6,11 @@
  * forget gate g (per key channel) and beta (per head), then the exact delta-rule recurrence token by token
  * in fp32 (HF uses a chunked form for multi-token calls; both are the same mathematics, and the per-token
  * recurrence makes prefill, chunked prefill and decode bit-identical), the gated per-head RMSNorm and the
- * output projection. Heads run in parallel on the pool. */
+ * output projection. Heads run in parallel on the pool.
+ *
+ * Gate: with a negative lower bound lb (the release: -5) g = lb * sigmoid(exp(A_log) * f); a bound >= 0 means
+ * "none" and selects HF's other branch g = -exp(A_log) * softplus(f). exp(A_log) is read as -ssm_a (the
+ * GGUF stores ssm_a = -exp(A_log)). */
 #include "cpu/cpu.h"
 
 #include <stdlib.h>

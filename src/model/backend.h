@@ -63,6 +63,9 @@ struct nf_backend {
     void (*destroy)(nf_backend *be);
 };
 
+/* Destroy a backend made by any backend's create function (NULL is fine). */
+void nf_backend_free(nf_backend *be);
+
 /* Width of one query's selection row: index_topk + (kpool - 1 when the tail is force-selected). This is
  * HF's top-k row width. */
 int nf_topk_width(const nf_hparams *hp);

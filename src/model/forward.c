@@ -9,6 +9,10 @@
 
 #include "util/error.h"
 
+void nf_backend_free(nf_backend *be) {
+    if (be && be->destroy) be->destroy(be);
+}
+
 int nf_topk_width(const nf_hparams *hp) {
     int w = hp->idx_topk;
     if (hp->idx_select_tail && hp->idx_kpool > 1) w += hp->idx_kpool - 1;
