@@ -15,7 +15,8 @@ Needs torch + transformers (run here, once); the outputs are committed so `make 
           (hidden 160, q_lora 144, intermediate 136, moe 72). Plus a few MTP-layer tensors (layer 3 =
           num_hidden_layers; must be skipped) and a vision tensor (ignored). No tokenizer.
   fused/  flat text-only config (model_type glm5_next_text) with transformers' *module* names: fused
-          experts.gate_up_proj / down_proj, fused conv1d, forget_gate.*, attn_hc.* (what state_dict() gives).
+          experts.gate_up_proj / down_proj, fused conv1d, forget_gate.*, attn_hc.* (what state_dict() gives),
+          plus a complete MTP block as layer 2 (MLA + MoE + eh_proj/enorm/hnorm/shared_head.norm) for --mtp.
   semantic.json  values computed with the HF modules of bf16/ (MLA k/v expansion, experts, KDA gate) for a
           random input, so the tests can check that the GGUF tensors mean what HF's weights mean.
 
@@ -299,11 +300,21 @@ def build_fused(out, seed):
     m = Glm5NextForConditionalGeneration(cfg).eval()
     randomize(m, seed)
     sd = {k: v for k, v in m.state_dict().items() if not k.startswith("model.visual.")}
+    # A complete MTP block as layer 2 (= num_hidden_layers): layer 1's MLA + MoE tensors (no hc) + the nextn ones.
+    g = torch.Generator().manual_seed(seed + 1)
+    for k, v in list(sd.items()):
+        if k.startswith("model.language_model.layers.1.") and "_hc." not in k:
+            sd[k.replace("layers.1.", "layers.2.", 1)] = v + 0.01 * torch.randn(v.shape, generator=g)
+    E = tc["hidden_size"]
+    sd["model.language_model.layers.2.eh_proj.weight"] = 0.05 * torch.randn(E, 2 * E, generator=g)
+    for nm in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
+        sd[f"model.language_model.layers.2.{nm}"] = 1.0 + 0.1 * torch.randn(E, generator=g)
     sd = cast_state(sd)
     save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
     flat = dict(cfg.text_config.to_dict())
     flat.pop("linear_attn_config", None)
     flat["model_type"] = "glm5_next_text"
+    flat["num_nextn_predict_layers"] = 1
     flat["architectures"] = ["Glm5NextForConditionalGeneration"]
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(flat, f, indent=2)

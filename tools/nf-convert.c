@@ -36,10 +36,12 @@ static void usage(FILE *f) {
     fprintf(f,
             "  -t, --threads N       quantization threads (default: all CPUs)\n"
             "      --no-tokenizer    do not write tokenizer metadata\n"
+            "      --mtp             also convert the MTP/NextN block(s) (blk.N for N >= num_hidden_layers;\n"
+            "                        the engine does not run them yet; default: skipped)\n"
             "  -q, --quiet           no progress bar and no per-tensor summary\n"
             "  -h, --help            this help\n"
             "\n"
-            "MTP layers (index >= num_hidden_layers) and the vision tower are not converted.\n");
+            "The vision tower is not converted.\n");
 }
 
 int main(int argc, char **argv) {
@@ -68,6 +70,8 @@ int main(int argc, char **argv) {
             o.n_threads = (int)v;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             o.quiet = true;
+        } else if (!strcmp(a, "--mtp")) {
+            o.mtp = true;
         } else if (!strcmp(a, "--no-tokenizer")) {
             o.no_tokenizer = true;
         } else if (a[0] == '-' && a[1]) {

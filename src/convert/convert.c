@@ -18,7 +18,8 @@
  *   experts.gate_up_proj [E, 2I, H] → ffn_gate_exps {H, I, E} (rows [0, I) of each expert), ffn_up_exps (rows [I, 2I))
  *   experts.E.{gate,up,down}_proj   → stacked along the outermost dimension
  *   F8_E4M3 + weight_scale_inv      → value x scale[row/128][col/128]
- * MTP layers (index >= num_hidden_layers) and the vision tower are skipped and counted. */
+ *   nextn.{eh_proj,enorm,hnorm,shared_head_norm} ← layers.L.{eh_proj,enorm,hnorm,shared_head.norm} (MTP, --mtp)
+ * MTP layers (index >= num_hidden_layers; unless opts.mtp) and the vision tower are skipped and counted. */
 #include "convert/convert.h"
 
 #include <errno.h>
@@ -261,6 +262,11 @@ static const struct {
     {"ffn_gate_shexp.weight", {"mlp.shared_experts.gate_proj.weight"}},
     {"ffn_up_shexp.weight", {"mlp.shared_experts.up_proj.weight"}},
     {"ffn_down_shexp.weight", {"mlp.shared_experts.down_proj.weight"}},
+    /* MTP / NextN block */
+    {"nextn.eh_proj.weight", {"eh_proj.weight"}},
+    {"nextn.enorm.weight", {"enorm.weight"}},
+    {"nextn.hnorm.weight", {"hnorm.weight"}},
+    {"nextn.shared_head_norm.weight", {"shared_head.norm.weight"}},
 };
 
 static void plan_experts(conv_ctx *c, plan_t *p, int part /* 0 gate, 1 up, 2 down */) {
@@ -321,10 +327,6 @@ static void plan_one(conv_ctx *c, plan_t *p) {
     p->x = X_COPY;
     snprintf(p->label, sizeof p->label, "copy");
 
-    if (lt->mtp) {
-        add_err(c, "%s: MTP tensors are not converted yet", lt->name);
-        return;
-    }
     if (lt->layer < 0) {
         if (!strcmp(lt->name, "token_embd.weight")) t = find_src(c, lt, CANDS("embed_tokens.weight"));
         else if (!strcmp(lt->name, "output_norm.weight")) t = find_src(c, lt, CANDS("norm.weight"));
@@ -579,6 +581,12 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
     if (stat(o->hf_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return nf_fail("%s: not a folder", o->hf_dir);
     if (stat(path, &sb) != 0) return nf_fail("%s: no config.json (not a Hugging Face checkpoint folder?)", o->hf_dir);
     if (nf_hf_config_load(path, &c.cfg) < 0) return -1;
+    if (o->mtp) {
+        if (c.cfg.n_mtp_config == 0)
+            return nf_fail("%s: --mtp: num_nextn_predict_layers is 0 or absent (no MTP block to convert)", path);
+        c.cfg.hp.n_nextn = c.cfg.n_mtp_config;
+        c.cfg.hp.n_layer_total = c.cfg.hp.n_layer + c.cfg.hp.n_nextn;
+    }
     const nf_hparams *hp = &c.cfg.hp;
 
     c.ck = st_open_dir(o->hf_dir);
@@ -619,7 +627,7 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
         const char *nm = st_at(c.ck, i)->name;
         int l = layer_of(nm);
         if (is_vision(nm)) st.n_ignored_vision++;
-        else if (l >= hp->n_layer) st.n_skipped_mtp++;
+        else if (l >= hp->n_layer + hp->n_nextn) st.n_skipped_mtp++;
         else {
             if (!o->quiet && st.n_unused < 10) fprintf(c.log, "nf-convert: warning: source tensor %s is not used\n", nm);
             st.n_unused++;
@@ -629,7 +637,8 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
         if (st.n_unused > 10) fprintf(c.log, "nf-convert: warning: ... %d unused source tensors in all\n", st.n_unused);
         if (st.n_skipped_mtp)
             fprintf(c.log, "nf-convert: note: %d tensors of MTP layers (index >= %d; num_nextn_predict_layers = %d) are "
-                           "not converted yet\n", st.n_skipped_mtp, hp->n_layer, c.cfg.n_mtp_config);
+                           "not converted%s\n", st.n_skipped_mtp, hp->n_layer + hp->n_nextn, c.cfg.n_mtp_config,
+                    o->mtp ? "" : " (use --mtp)");
         if (c.cfg.defaulted[0])
             fprintf(c.log, "nf-convert: note: config.json lacks %s: using the transformers default\n", c.cfg.defaulted);
         int shown = 0;
@@ -772,7 +781,7 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
                 st.seconds, rb, o->out_path);
         if (n_fallback) fprintf(c.log, "%d tensors (marked *) fell back to a smaller-block type\n", n_fallback);
         if (st.n_skipped_mtp || st.n_ignored_vision || st.n_unused)
-            fprintf(c.log, "skipped: %d MTP-layer tensors (not converted yet), %d vision tensors, %d unused\n",
+            fprintf(c.log, "skipped: %d MTP-layer tensors, %d vision tensors, %d unused\n",
                     st.n_skipped_mtp, st.n_ignored_vision, st.n_unused);
     }
     rc = 0;

@@ -8,7 +8,8 @@
  * The conversion streams: every source tensor is located and shape-checked first (all problems reported
  * together), then tensors are produced one at a time (at most one tensor in f32, or for a routed-expert stack
  * one expert in f32 plus the stacked output), quantized and written. Output goes to OUT.tmp and is renamed on
- * success; on failure or cancellation the partial file is removed. */
+ * success; on failure or cancellation the partial file is removed. MTP/NextN blocks (layers >= num_hidden_layers)
+ * are converted only on request (opts.mtp): the engine does not run them yet. */
 #ifndef NF_CONVERT_CONVERT_H
 #define NF_CONVERT_CONVERT_H
 
@@ -24,6 +25,7 @@ typedef struct {
     int n_threads;           /* quantization threads; <= 0: all online CPUs */
     bool quiet;              /* no progress and no summary */
     bool no_tokenizer;       /* skip tokenizer metadata even if tokenizer.json exists */
+    bool mtp;                /* also convert the MTP/NextN blocks (num_nextn_predict_layers) */
     FILE *log;               /* progress + summary (NULL: stderr) */
     volatile sig_atomic_t *cancel; /* optional: set non-zero (e.g. from a SIGINT handler) to stop cleanly */
 } nf_convert_opts;
@@ -32,7 +34,7 @@ typedef struct {
     int n_tensors;
     uint64_t bytes_in;       /* source bytes read */
     uint64_t bytes_out;      /* tensor data bytes written */
-    int n_skipped_mtp;       /* source tensors of MTP layers (layer >= num_hidden_layers), not converted yet */
+    int n_skipped_mtp;       /* source tensors of MTP layers not converted (all of them without opts.mtp) */
     int n_ignored_vision;    /* model.visual.* and similar */
     int n_unused;            /* other source tensors no GGUF tensor used (warned about) */
     double seconds;

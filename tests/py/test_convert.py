@@ -103,7 +103,7 @@ def text_config(d):
     return cfg.get("text_config") or cfg
 
 
-def expected_tensors(d):
+def expected_tensors(d, mtp=False):
     raw = load_checkpoint(d)
     tc = text_config(d)
     get = lambda n: to_f32(raw, n)  # noqa: E731
@@ -123,13 +123,21 @@ def expected_tensors(d):
     E, I = tc["n_routed_experts"], tc["moe_intermediate_size"]
     exp = {"token_embd.weight": src("embed_tokens.weight"), "output_norm.weight": src("norm.weight"),
            "output.weight": get("lm_head.weight")}
-    for i in range(L):
+    nn = tc.get("num_nextn_predict_layers", 0) if mtp else 0
+    lt, mlt, it = lt[:L] + ["indexed_attention"] * nn, mlt[:L] + ["sparse"] * nn, it[:L] + ["full"] * nn
+    for i in range(L + nn):
         b, s = f"blk.{i}.", f"layers.{i}."
         exp[b + "attn_norm.weight"] = src(s + "input_layernorm.weight")
         exp[b + "ffn_norm.weight"] = src(s + "post_attention_layernorm.weight")
-        for site, alt in (("attn", "attn_hc"), ("ffn", "ffn_hc")):
-            for part in ("fn", "base", "scale"):
-                exp[f"{b}hc_{site}_{part}.weight"] = src(f"{s}hc_{site}_{part}", f"{s}{alt}.{part}")
+        if i >= L:   # MTP block: no hc; nextn tensors
+            exp[b + "nextn.eh_proj.weight"] = src(s + "eh_proj.weight")
+            exp[b + "nextn.enorm.weight"] = src(s + "enorm.weight")
+            exp[b + "nextn.hnorm.weight"] = src(s + "hnorm.weight")
+            exp[b + "nextn.shared_head_norm.weight"] = src(s + "shared_head.norm.weight")
+        else:
+            for site, alt in (("attn", "attn_hc"), ("ffn", "ffn_hc")):
+                for part in ("fn", "base", "scale"):
+                    exp[f"{b}hc_{site}_{part}.weight"] = src(f"{s}hc_{site}_{part}", f"{s}{alt}.{part}")
         a = s + "self_attn."
         if lt[i] == "linear_attention":
             for g, h in (("attn_q", "q_proj"), ("attn_k", "k_proj"), ("attn_v", "v_proj"), ("ssm_beta", "b_proj"),
@@ -328,6 +336,34 @@ def test_semantic_vs_hf(converted):
     np.testing.assert_array_equal(conv, np.array(sem["kda_conv"]["weight"], np.float32))
 
 
+def test_mtp_block(lib, converted, tmp_path):
+    assert "tensors of MTP layers" in converted["fused"][1] and "use --mtp" in converted["fused"][1]
+    out = tmp_path / "mtp.gguf"
+    r = convert(FIXTURES["fused"], out, "f32", ["--mtp"])
+    assert r.returncode == 0, r.stderr
+    exp = expected_tensors(FIXTURES["fused"], mtp=True)
+    rd, got = gguf_tensors(out)
+    assert set(got) == set(exp)
+    assert any(k.startswith("blk.2.nextn.") for k in got)
+    for k, want in exp.items():
+        a = got[k][2]
+        if k.endswith("ssm_a"):
+            np.testing.assert_allclose(a, want.reshape(a.shape), rtol=2e-7)
+        else:
+            assert np.array_equal(a, want.reshape(a.shape)), k
+    assert field(rd, "glm5-next.block_count") == 3 and field(rd, "glm5-next.nextn_predict_layers") == 1
+    assert list(field(rd, "glm5-next.attention.head_count_kv")) == [0, 1, 1]
+    m = lib.nf_model_load(str(out).encode())
+    assert m, lib.nf_error().decode()
+    lib.nf_model_free(m)
+    r = convert(FIXTURES["fused"], tmp_path / "q.gguf", "q4", ["--mtp", "-q"])
+    assert r.returncode == 0, r.stderr
+    # the fp8 fixture's MTP layer is incomplete: --mtp lists what is missing
+    err = expect_fail(FIXTURES["fp8"], tmp_path / "f.gguf", "blk.3.attn_q_a.weight", "layers.3.self_attn.q_a_proj",
+                      extra=["--mtp"])
+    assert "problems" in err
+
+
 def test_fp8_mtp_and_vision_skipped(converted):
     path, log = converted["fp8"]
     assert "6 tensors of MTP layers" in log
@@ -379,8 +415,8 @@ def edit_config(d, fn):
     json.dump(cfg, open(p, "w"))
 
 
-def expect_fail(d, out, *needles, recipe="f32"):
-    r = convert(str(d), out, recipe)
+def expect_fail(d, out, *needles, recipe="f32", extra=()):
+    r = convert(str(d), out, recipe, extra)
     assert r.returncode != 0
     err = r.stderr
     for n in needles:
