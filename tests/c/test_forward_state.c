@@ -188,3 +188,19 @@ Test(forward_state, q8_close_to_f32_without_discrete_choices) {
     free(out[0]);
     free(out[1]);
 }
+
+Test(forward_state, results_do_not_depend_on_thread_count) {
+    const int V = model->hp.n_vocab;
+    float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
+    nf_backend *b1 = nf_cpu_backend_create(model, 1), *b3 = nf_cpu_backend_create(model, 3);
+    nf_state *st = nf_state_create(&model->hp, N);
+    cr_assert_eq(nf_prefill(b1, st, toks, N, 9, a, 1, NULL), 0, "%s", nf_error());
+    nf_state_reset(st);
+    cr_assert_eq(nf_prefill(b3, st, toks, N, 9, b, 1, NULL), 0, "%s", nf_error());
+    cr_assert(memcmp(a, b, sizeof(float) * N * V) == 0, "1 vs 3 threads differ");
+    nf_state_free(st);
+    nf_backend_free(b1);
+    nf_backend_free(b3);
+    free(a);
+    free(b);
+}
