@@ -335,3 +335,25 @@ Test(formats, imatrix_reduces_weighted_error) {
     }
     free(x); free(y); free(im); free(q);
 }
+
+Test(formats, nonfinite_inputs_stay_in_their_block) {
+    /* nan / inf in the first block must not crash and must not change any other block's bytes */
+    const int64_t n = 1024;
+    float x[1024], bad[1024];
+    static uint8_t q0[8192], q1[8192];
+    for (int i = 0; i < n; i++) x[i] = grand();
+    for (size_t k = 0; k < NTYPES; k++) {
+        const uint32_t t = all_types[k];
+        const nf_type_info *ti = nf_type_get(t);
+        for (int v = 0; v < 3; v++) {
+            memcpy(bad, x, sizeof x);
+            bad[3] = v == 0 ? NAN : v == 1 ? INFINITY : -INFINITY;
+            nf_quantize(t, x, q0, n, n, NULL);
+            cr_assert_eq(nf_quantize(t, bad, q1, n, n, NULL), nf_row_bytes(t, n));
+            cr_assert_eq(memcmp(q0 + ti->block_bytes * (ti->block_size == 1 ? 4 : 1),
+                                q1 + ti->block_bytes * (ti->block_size == 1 ? 4 : 1),
+                                nf_row_bytes(t, n) - ti->block_bytes * (ti->block_size == 1 ? 4 : 1)), 0,
+                         "%s: a non-finite value leaked out of its block", ti->name);
+        }
+    }
+}
