@@ -380,6 +380,31 @@ def check_poolable(runs, warnings):
                     p, p0, key, "." + sub if sub else "", _pool_key(m0, key, sub), _pool_key(m, key, sub)))
 
 
+def run_order(run_dir):
+    """{rep: label that ran first} from run-order.txt ("rep position label" per line), or {}."""
+    p = os.path.join(run_dir, "run-order.txt")
+    lead = {}
+    if os.path.isfile(p):
+        for ln in open(p).read().splitlines():
+            f = ln.split()
+            if len(f) == 3 and f[1] == "1" and f[0].isdigit():
+                lead[int(f[0])] = f[2]
+    return lead
+
+
+def position_effect(per_rep, lead, a, b):
+    """Separate the position effect from the arm effect (two arms, alternating lead). With q = per-rep B/A ratio,
+    reps led by A give r/p and reps led by B give r*p, where r is the arm effect and p the factor by which running
+    first speeds a trial up; so r = sqrt(GM_A * GM_B) and p = sqrt(GM_B / GM_A) (GM: geometric mean over reps)."""
+    qa = [math.log(v) for r, v in per_rep.items() if lead.get(r) == a]
+    qb = [math.log(v) for r, v in per_rep.items() if lead.get(r) == b]
+    if not qa or not qb:
+        return None
+    ga, gb = sum(qa) / len(qa), sum(qb) / len(qb)
+    return {"arm_effect": math.exp((ga + gb) / 2), "leader_factor": math.exp((gb - ga) / 2),
+            "reps_a_first": len(qa), "reps_b_first": len(qb)}
+
+
 def hash_agreement(run, a, b):
     """gen_ids_hash (or gen_ids_fnv64) across arms per (frontier, rep): a cheap exactness witness in every row."""
     col = None
@@ -445,6 +470,15 @@ def analyse(run_dirs, aa_dirs=(), a=None, b=None, decode_col=DEFAULT_DECODE, all
             refused.append({"run": d, "reason": "VOID (A/A): " + why})
             continue
         aa_runs.append(Run(d))
+    m_main = next((r.manifest for r in runs if r.manifest), None)
+    for r in aa_runs:
+        if r.mode != "aa" and r.manifest is not None:
+            warnings.append("%s was given as A/A but its manifest says mode %r" % (r.path, r.mode))
+        if m_main is not None and r.manifest is not None:
+            for key, sub in POOL_KEYS:
+                if key != "bench_args" and _pool_key(r.manifest, key, sub) != _pool_key(m_main, key, sub):
+                    warnings.append("A/A run %s differs from the A/B runs in %s%s: its floor may not apply"
+                                    % (r.path, key, "." + sub if sub else ""))
     for name, col, cold_apart in metrics:
         per_run = []
         for r in runs:
@@ -470,6 +504,7 @@ def analyse(run_dirs, aa_dirs=(), a=None, b=None, decode_col=DEFAULT_DECODE, all
                 raise NoSharedRep("%s (%s): %s" % (r.path, name, e))
             s["cold"] = cold
             s["run"] = r.path
+            s["position"] = position_effect(s["per_rep"], run_order(r.path), a_lab, b_lab)
             for f in s["skipped"]:
                 warnings.append("%s: %s ctx %d: no repetition shared by both arms; frontier skipped" % (r.path, name, f))
             per_run.append(s)
@@ -529,6 +564,11 @@ def render(rep, legacy=False):
             L.append("  drift first->last rep: %s %s, %s %s; drifts most: %s" % (
                 a, "%.4f" % da if da is not None else "n/a", b, "%.4f" % db if db is not None else "n/a",
                 worst or "n/a"))
+            pe = s.get("position")
+            if pe:
+                L.append("  position effect (from run-order.txt, %d reps %s first, %d %s first): running first "
+                         "changes a trial by %s; arm effect B/A %.4f" % (
+                             pe["reps_a_first"], a, pe["reps_b_first"], b, pct(pe["leader_factor"]), pe["arm_effect"]))
             if s["repeat_spread"] is not None:
                 L.append("  within-run repeat spread (median over frontiers of max-min per-rep ratio): %.2f pp"
                          % (100 * s["repeat_spread"]))

@@ -379,3 +379,24 @@ def test_outputs_json_and_svg(tmp_path):
     # every repetition of both arms at both frontiers, for both metrics: 4 reps x 2 arms x 2 frontiers x 2
     assert len(list(circles)) == 32
     assert len(list(root.iter(ns + "polyline"))) == 4
+
+
+def test_position_effect_separated_from_arm_effect(tmp_path):
+    # arm effect 1.2, and whoever runs first is 5% faster: A-first reps read 1.2/1.05, B-first reps 1.2*1.05
+    a, b = {}, {}
+    for rep in (1, 2, 3, 4):
+        a_first = rep % 2 == 1
+        a[rep] = {f: 30.0 * (1.05 if a_first else 1.0) for f in (2048, 4096)}
+        b[rep] = {f: 36.0 * (1.0 if a_first else 1.05) for f in (2048, 4096)}
+    d = run_dir(tmp_path, "r", a, b)
+    with open(os.path.join(d, "run-order.txt"), "w") as f:
+        for rep in (1, 2, 3, 4):
+            first, second = ("main", "pr") if rep % 2 == 1 else ("pr", "main")
+            f.write("%d 1 %s\n%d 2 %s\n" % (rep, first, rep, second))
+    rep = R.analyse([d])
+    pe = rep["metrics"]["decode"]["runs"][0]["position"]
+    assert pe["arm_effect"] == pytest.approx(1.2)
+    assert pe["leader_factor"] == pytest.approx(1.05)
+    assert pe["reps_a_first"] == 2 and pe["reps_b_first"] == 2
+    p = report_cli(d)
+    assert "running first changes a trial by +5.0%; arm effect B/A 1.2000" in p.stdout
