@@ -400,8 +400,12 @@ static int parse(json_t *root, nf_hf_config *out) {
     hp->n_layer_total = hp->n_layer;
 
     /* tokens */
-    if (token_id(&c, "bos_token_id", -1, &hp->bos_id) < 0) return -1;
-    if (token_id(&c, "pad_token_id", 154820, &hp->pad_id) < 0) return -1;
+    /* Token ids: text level first, then the top level (multimodal configs may carry them there). */
+    cfg_ctx top = {root, "", out->defaulted};
+    cfg_ctx *bc = json_object_get(c.obj, "bos_token_id") || !json_object_get(root, "bos_token_id") ? &c : &top;
+    cfg_ctx *pc = json_object_get(c.obj, "pad_token_id") || !json_object_get(root, "pad_token_id") ? &c : &top;
+    if (token_id(bc, "bos_token_id", -1, &hp->bos_id) < 0) return -1;
+    if (token_id(pc, "pad_token_id", 154820, &hp->pad_id) < 0) return -1;
     hp->eos_id = -1;
     json_t *eos = json_object_get(c.obj, "eos_token_id");
     if (!eos || json_is_null(eos)) eos = json_object_get(root, "eos_token_id");
@@ -419,9 +423,11 @@ static int parse(json_t *root, nf_hf_config *out) {
         if (out->eos_ids[i] < 0) return nf_fail("config.json: eos_token_id contains a negative id");
     if (out->n_eos) hp->eos_id = out->eos_ids[0];
     int32_t ids[3] = {hp->bos_id, hp->pad_id, hp->eos_id};
+    static const char *const id_names[3] = {"bos_token_id", "pad_token_id", "eos_token_id"};
     for (int i = 0; i < 3; i++)
         if (ids[i] >= hp->n_vocab)
-            return nf_fail("config.json: special token id %d is outside the vocabulary (%d)", ids[i], hp->n_vocab);
+            return nf_fail("config.json: %s%s = %d is outside the vocabulary (vocab_size %d)%s", c.prefix, id_names[i],
+                           ids[i], hp->n_vocab, i == 1 && !json_object_get(pc->obj, "pad_token_id") ? " (HF default)" : "");
 
     /* tie_word_embeddings: top level (multimodal) or text level. */
     bool tie_top = false;
