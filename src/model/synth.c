@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/threads.h"
 #include "formats/formats.h"
 #include "util/error.h"
 
@@ -161,6 +162,7 @@ void nf_synth_values(const nf_hparams *hp, const nf_layout_tensor *t, uint64_t s
 
 /* ---- writing ---- */
 
+/* f32 rows -> storage type. Thread-safe (no error state touched); -1 if the quantizer refused. */
 static int encode(uint32_t type, const float *src, uint8_t *dst, int64_t rows, int64_t row_len, size_t row_bytes) {
     switch (type) {
     case NF_TYPE_F32:
@@ -181,9 +183,31 @@ static int encode(uint32_t type, const float *src, uint8_t *dst, int64_t rows, i
     default:
         for (int64_t r = 0; r < rows; r++)
             if (nf_quantize(type, src + r * row_len, dst + (size_t)r * row_bytes, row_len, row_len, NULL) != row_bytes)
-                return nf_fail("quantizing to %s failed", nf_type_get(type)->name);
+                return -1;
         return 0;
     }
+}
+
+typedef struct {
+    const nf_hparams *hp;
+    const nf_layout_tensor *t;
+    uint64_t seed;
+    uint32_t type;
+    int64_t row_len, rows, rows_per_task;
+    size_t row_bytes;
+    uint8_t *out;
+    float **bufs;            /* one scratch buffer of rows_per_task * row_len floats per thread */
+    volatile int failed;
+} fill_job;
+
+static void fill_task(void *ctx, int64_t task, int thread) {
+    fill_job *j = ctx;
+    int64_t r0 = task * j->rows_per_task;
+    int64_t nr = j->rows - r0 < j->rows_per_task ? j->rows - r0 : j->rows_per_task;
+    if (nr <= 0 || j->failed) return;
+    float *buf = j->bufs[thread];
+    nf_synth_values(j->hp, j->t, j->seed, r0 * j->row_len, nr * j->row_len, buf);
+    if (encode(j->type, buf, j->out + (size_t)r0 * j->row_bytes, nr, j->row_len, j->row_bytes) < 0) j->failed = 1;
 }
 
 int nf_synth_write(const char *path, const nf_hparams *hp, const nf_recipe *r, uint64_t seed,
@@ -194,6 +218,9 @@ int nf_synth_write(const char *path, const nf_hparams *hp, const nf_recipe *r, u
     uint32_t *types = nf_xcalloc((size_t)n, sizeof *types);
     int fallbacks = 0;
     uint64_t total = 0, done = 0;
+    nf_pool *pool = NULL;
+    float **bufs = NULL;
+    int n_threads = 0;
     gguf_writer *w = gguf_writer_create(path);
     if (!w) { free(lt); free(types); return -1; }
     if (nf_layout_write_hparams(hp, w) < 0) goto fail;
@@ -209,42 +236,51 @@ int nf_synth_write(const char *path, const nf_hparams *hp, const nf_recipe *r, u
     }
     if (gguf_writer_begin_data(w) < 0) goto fail;
 
-    const int64_t chunk_elems = 1 << 20;
-    float *buf = NULL;
+    /* Rows are generated and encoded in parallel (values do not depend on the split); one tensor is in memory. */
+    pool = nf_pool_create(total > (4u << 20) ? 0 : 1);
+    if (!pool) { nf_fail("cannot start worker threads"); goto fail; }
+    n_threads = nf_pool_size(pool);
+    bufs = nf_xcalloc((size_t)n_threads, sizeof *bufs);
     size_t buf_cap = 0;
+    const int64_t task_elems = 1 << 16;
     for (int i = 0; i < n; i++) {
         const nf_layout_tensor *t = &lt[i];
-        int64_t row_len = t->ne[0], rows = nf_layout_nelements(t) / row_len;
-        size_t row_bytes = nf_row_bytes(types[i], row_len), size = row_bytes * (size_t)rows;
-        uint8_t *out = malloc(size ? size : 1);
-        if (!out) { nf_fail("out of memory for %s (%zu bytes)", t->name, size); free(buf); goto fail; }
-        int64_t rows_per = chunk_elems / row_len > 0 ? chunk_elems / row_len : 1;
-        if ((size_t)(rows_per * row_len) > buf_cap) {
-            buf_cap = (size_t)(rows_per * row_len);
-            free(buf);
-            buf = nf_xmalloc(buf_cap * sizeof *buf);
-        }
-        for (int64_t r0 = 0; r0 < rows; r0 += rows_per) {
-            int64_t nr = rows - r0 < rows_per ? rows - r0 : rows_per;
-            nf_synth_values(hp, t, seed, r0 * row_len, nr * row_len, buf);
-            if (encode(types[i], buf, out + (size_t)r0 * row_bytes, nr, row_len, row_bytes) < 0) {
-                nf_fail_prefix("%s", t->name);
-                free(out); free(buf);
-                goto fail;
+        fill_job j = {hp, t, seed, types[i], t->ne[0], nf_layout_nelements(t) / t->ne[0], 0,
+                      nf_row_bytes(types[i], t->ne[0]), NULL, bufs, 0};
+        j.rows_per_task = task_elems / j.row_len > 0 ? task_elems / j.row_len : 1;
+        size_t size = j.row_bytes * (size_t)j.rows;
+        if ((size_t)(j.rows_per_task * j.row_len) > buf_cap) {
+            buf_cap = (size_t)(j.rows_per_task * j.row_len);
+            for (int k = 0; k < n_threads; k++) {
+                free(bufs[k]);
+                bufs[k] = nf_xmalloc(buf_cap * sizeof(float));
             }
         }
-        int rc = gguf_writer_write_tensor(w, out, size);
-        free(out);
-        if (rc < 0) { free(buf); goto fail; }
+        j.out = malloc(size ? size : 1);
+        if (!j.out) { nf_fail("out of memory for %s (%zu bytes)", t->name, size); goto fail; }
+        nf_pool_run(pool, (j.rows + j.rows_per_task - 1) / j.rows_per_task, fill_task, &j);
+        if (j.failed) {
+            nf_fail("%s: quantizing to %s failed", t->name, nf_type_get(types[i])->name);
+            free(j.out);
+            goto fail;
+        }
+        int rc = gguf_writer_write_tensor(w, j.out, size);
+        free(j.out);
+        if (rc < 0) goto fail;
         done += size;
         if (progress) progress(ctx, i, n, t, done, total);
     }
-    free(buf);
+    for (int k = 0; k < n_threads; k++) free(bufs[k]);
+    free(bufs);
+    nf_pool_free(pool);
     free(lt);
     free(types);
     if (n_fallback) *n_fallback = fallbacks;
     return gguf_writer_finish(w);
 fail:
+    for (int k = 0; bufs && k < n_threads; k++) free(bufs[k]);
+    free(bufs);
+    if (pool) nf_pool_free(pool);
     gguf_writer_abort(w);
     free(lt);
     free(types);

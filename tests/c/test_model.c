@@ -617,3 +617,14 @@ Test(tools, synth_and_info) {
     snprintf(cmd, sizeof cmd, "%s/nf-synth --preset glm53 --layers 2 --experts 4 --vocab 512 --recipe bf16 --dry-run 2>&1", build_dir());
     cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
 }
+
+Test(tools, synth_same_bytes_any_thread_count) {
+    char cmd[1024], out[4096];
+    const char *a = tmp_path("th1.gguf"), *b = tmp_path("th3.gguf");
+    snprintf(cmd, sizeof cmd, "NF_THREADS=1 %s/nf-synth --out %s --recipe q4 --seed 9 --quiet 2>&1", build_dir(), a);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "NF_THREADS=3 %s/nf-synth --out %s --recipe q4 --seed 9 --quiet 2>&1", build_dir(), b);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd, "cmp %s %s 2>&1", a, b);
+    cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "files differ: %s", out);
+}
