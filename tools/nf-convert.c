@@ -98,6 +98,10 @@ int main(int argc, char **argv) {
 
     if (nf_convert(&o, NULL) < 0) {
         if (!o.quiet && isatty(2)) fputc('\n', stderr); /* end the progress line */
+        if (cancel_flag) {
+            fprintf(stderr, "%s: interrupted, no output written\n", nf_progname);
+            return 130;
+        }
         nf_die("%s", nf_error());
     }
     return cancel_flag ? 130 : 0;

@@ -382,6 +382,10 @@ def test_recipes_load(lib, converted, tmp_path, fixture, recipe):
     m = lib.nf_model_load(str(out).encode())
     assert m, lib.nf_error().decode()
     lib.nf_model_free(m)
+    nf = os.path.join(BUILD, "nf")
+    if os.path.exists(nf):
+        r = subprocess.run([nf, "info", str(out)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "glm5-next" in r.stdout, r.stderr
     _, q = gguf_tensors(out)
     _, f = gguf_tensors(converted[fixture][0])
     T = gguf.GGMLQuantizationType
