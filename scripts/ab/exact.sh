@@ -85,6 +85,14 @@ out=$(ab_abspath "$out")
 envs=$(ab_engine_env)
 [ -z "$envs" ] || [ $record_env -eq 1 ] || ab_refuse "engine environment variables set: $(echo "$envs" | cut -d= -f1 | tr '\n' ' ')- unset them or pass --record-env"
 
+busy=$(ab_gpu_busy)
+[ -z "$busy" ] || ab_refuse "other compute processes on the GPU: $(echo "$busy" | tr '\n' ';')"
+lock=${NF_AB_LOCK:-/tmp/nf-ab.lock}
+if command -v flock >/dev/null; then
+  exec 9>"$lock" || ab_refuse "cannot open lock $lock"
+  flock -n 9 || ab_refuse "another nf-ab run holds $lock"
+fi
+
 mkdir -p "$out" || ab_die 2 "cannot create $out"
 cp "$prompt" "$out/prompt" || ab_die 2 "cannot copy the prompt"
 {

@@ -627,7 +627,7 @@ def _esc(s):
 
 def svg_plot(rep, per_metric_points):
     """per_metric_points: {metric: {label: [(ctx, value), ...]}}."""
-    W, H, PW, PH, M = 1000, 440, 440, 330, 60
+    W, H, PW, PH, M = 1000, 480, 440, 330, 60
     colors = {rep["a"]: "#1f77b4", rep["b"]: "#d62728"}
     out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
            'font-family="sans-serif" font-size="12">' % (W, H, W, H),
@@ -672,8 +672,8 @@ def svg_plot(rep, per_metric_points):
                 out.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s" fill-opacity="0.55"/>' % (X(c) + dx, Y(v), col))
             line = " ".join("%.1f,%.1f" % (X(c) + dx, Y(median(bym[c]))) for c in sorted(bym))
             out.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>' % (line, col))
-            out.append('<text x="%d" y="%d" fill="%s">%s: line = median, points = repetitions</text>' % (
-                x0 + 8, y0 + 16 + 14 * j, col, _esc(label)))
+            out.append('<text x="%d" y="%d" fill="%s">%s %s: line = median, points = repetitions</text>' % (
+                x0, y0 + PH + 56 + 16 * j, col, "A" if j == 0 else "B", _esc(label)))
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
