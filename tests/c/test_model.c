@@ -37,6 +37,21 @@ static const char *tmp_path(const char *name) {
     return p;
 }
 
+/* Each test runs in its own process with its own directory; remove it after the test (tiny f32 files are
+ * 45 MB and the machine is shared). */
+static void cleanup(void) {
+    if (!tmpdir[0]) return;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "cleanup of %s failed\n", tmpdir);
+    tmpdir[0] = 0;
+}
+TestSuite(layout, .fini = cleanup);
+TestSuite(recipe, .fini = cleanup);
+TestSuite(synth, .fini = cleanup);
+TestSuite(model_load, .fini = cleanup);
+TestSuite(model_tools, .fini = cleanup);
+
 static const char *synth_tiny(const char *recipe, const char *file) {
     nf_hparams hp;
     cr_assert_eq(nf_synth_preset("tiny", &hp), 0);
@@ -61,6 +76,7 @@ typedef struct {
     int64_t new_ne[4];
     int new_type;
     bool drop;
+    const char *add_tensor;   /* append an extra F32 tensor {8} with this name (NULL: none) */
 } rewrite_spec;
 
 static void rewrite(const char *src, const char *dst, const rewrite_spec *rs) {
@@ -115,6 +131,8 @@ static void rewrite(const char *src, const char *dst, const rewrite_spec *rs) {
         uint32_t type = mine && rs->new_type >= 0 ? (uint32_t)rs->new_type : t->type;
         cr_assert_geq(gguf_writer_add_tensor(w, t->name, type, nd, ne), 0, "%s", nf_error());
     }
+    const int64_t extra_ne[1] = {8};
+    if (rs->add_tensor) cr_assert_geq(gguf_writer_add_tensor(w, rs->add_tensor, NF_TYPE_F32, 1, extra_ne), 0);
     cr_assert_eq(gguf_writer_begin_data(w), 0, "%s", nf_error());
     for (int64_t i = 0; i < gguf_tensor_count(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -133,6 +151,10 @@ static void rewrite(const char *src, const char *dst, const rewrite_spec *rs) {
         void *z = calloc(1, size ? size : 1);
         cr_assert_eq(gguf_writer_write_tensor(w, z, size), 0, "%s", nf_error());
         free(z);
+    }
+    if (rs->add_tensor) {
+        float z[8] = {0};
+        cr_assert_eq(gguf_writer_write_tensor(w, z, sizeof z), 0, "%s", nf_error());
     }
     cr_assert_eq(gguf_writer_finish(w), 0, "%s", nf_error());
     gguf_close(f);
@@ -437,7 +459,7 @@ Test(synth, odd_dims_fall_back_and_load) {
 
 /* ---- mismatches ---- */
 
-Test(load, wrong_shape_message) {
+Test(model_load, wrong_shape_message) {
     const char *good = synth_tiny("f32", "good-shape.gguf");
     const char *bad = tmp_path("bad-shape.gguf");
     rewrite_spec rs = no_change();
@@ -450,7 +472,7 @@ Test(load, wrong_shape_message) {
     cr_expect_str_eq(nf_model_mismatches(), "blk.3.attn_q_b.weight: expected [128,256] got [128,128]\n");
 }
 
-Test(load, missing_tensor_and_wrong_type) {
+Test(model_load, missing_tensor_and_wrong_type) {
     const char *good = synth_tiny("f32", "good-miss.gguf");
     const char *bad1 = tmp_path("missing.gguf"), *bad2 = tmp_path("missing-and-type.gguf");
     rewrite_spec rs = no_change();
@@ -469,7 +491,7 @@ Test(load, missing_tensor_and_wrong_type) {
     cr_expect(strstr(nf_error(), "blk.0.ssm_g_b.weight: missing") != NULL, "%s", nf_error());
 }
 
-Test(load, many_mismatches_fit_one_message) {
+Test(model_load, many_mismatches_fit_one_message) {
     /* a model written with a different hidden size: every n_embd-shaped tensor mismatches */
     nf_hparams hp;
     nf_synth_preset("tiny", &hp);
@@ -505,7 +527,7 @@ Test(load, many_mismatches_fit_one_message) {
     cr_expect(strstr(nf_error(), "18 tensor mismatches") != NULL, "%s", nf_error());
 }
 
-Test(load, missing_key_named) {
+Test(model_load, missing_key_named) {
     const char *good = synth_tiny("f32", "good-key.gguf");
     const char *keys[] = {"glm5-next.attention.indexer.kpool", "glm5-next.kda.head_dim", "glm5-next.block_count",
                           "glm5-next.hyper_connection.count", "glm5-next.swiglu_clamp_exp", "general.architecture"};
@@ -522,7 +544,7 @@ Test(load, missing_key_named) {
     }
 }
 
-Test(load, optional_keys_default_and_scalars) {
+Test(model_load, optional_keys_default_and_scalars) {
     const char *good = synth_tiny("f32", "good-opt.gguf");
     const char *a = tmp_path("no-tail.gguf"), *b = tmp_path("scalar-clamp.gguf");
     rewrite_spec rs = no_change();
@@ -557,7 +579,7 @@ Test(load, optional_keys_default_and_scalars) {
     cr_expect(strstr(nf_model_mismatches(), "blk.3.attn_q.weight: missing") != NULL, "%s", nf_model_mismatches());
 }
 
-Test(load, not_glm5_next) {
+Test(model_load, not_glm5_next) {
     const char *good = synth_tiny("f32", "good-arch.gguf");
     const char *bad = tmp_path("arch.gguf");
     gguf_file *f = gguf_open(good);
@@ -571,7 +593,7 @@ Test(load, not_glm5_next) {
     cr_expect_null(nf_model_load(tmp_path("does-not-exist.gguf")));
 }
 
-Test(load, shared_indexer_layout) {
+Test(model_load, shared_indexer_layout) {
     nf_hparams hp;
     nf_synth_preset("tiny", &hp);
     hp.n_layer = 8;
@@ -591,7 +613,7 @@ Test(load, shared_indexer_layout) {
 
 /* ---- the programs ---- */
 
-Test(tools, synth_and_info) {
+Test(model_tools, synth_and_info) {
     char cmd[1024], out[8192];
     const char *p = tmp_path("tool-tiny.gguf");
     snprintf(cmd, sizeof cmd, "%s/nf-synth --out %s --recipe q4 --seed 3 --quiet 2>&1", build_dir(), p);
@@ -618,7 +640,7 @@ Test(tools, synth_and_info) {
     cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
 }
 
-Test(tools, synth_same_bytes_any_thread_count) {
+Test(model_tools, synth_same_bytes_any_thread_count) {
     char cmd[1024], out[4096];
     const char *a = tmp_path("th1.gguf"), *b = tmp_path("th3.gguf");
     snprintf(cmd, sizeof cmd, "NF_THREADS=1 %s/nf-synth --out %s --recipe q4 --seed 9 --quiet 2>&1", build_dir(), a);
@@ -627,4 +649,33 @@ Test(tools, synth_same_bytes_any_thread_count) {
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
     snprintf(cmd, sizeof cmd, "cmp %s %s 2>&1", a, b);
     cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "files differ: %s", out);
+}
+
+Test(model_load, conv_2d_shape_and_extra_tensor) {
+    const char *good = synth_tiny("f32", "good-conv.gguf");
+    const char *a = tmp_path("conv2d.gguf"), *b = tmp_path("conv2d-extra.gguf");
+    rewrite_spec rs = no_change();
+    rs.tensor = "blk.0.ssm_conv1d_q.weight";
+    rs.new_nd = 2;
+    rs.new_ne[0] = 4; rs.new_ne[1] = 256; rs.new_ne[2] = rs.new_ne[3] = 1;
+    rewrite(good, a, &rs);
+    rs = no_change();
+    rs.add_tensor = "blk.1.something_new.weight";
+    rewrite(a, b, &rs);
+    nf_model *m = nf_model_load(b);
+    cr_assert_not_null(m, "%s", nf_error());
+    const nf_tensor *c = &m->layers[0].kda_conv_q;
+    cr_expect_eq(c->n_dims, 3);
+    cr_expect(c->ne[0] == 4 && c->ne[1] == 1 && c->ne[2] == 256, "[%lld,%lld,%lld]", (long long)c->ne[0],
+              (long long)c->ne[1], (long long)c->ne[2]);
+    cr_expect_eq(m->n_extra_tensors, 1);
+    nf_model_free(m);
+    /* {conv, inner} with the wrong inner size is still a mismatch */
+    rs = no_change();
+    rs.tensor = "blk.0.ssm_conv1d_k.weight";
+    rs.new_nd = 2;
+    rs.new_ne[0] = 4; rs.new_ne[1] = 128; rs.new_ne[2] = rs.new_ne[3] = 1;
+    rewrite(good, a, &rs);
+    cr_expect_null(nf_model_load(a));
+    cr_expect_str_eq(nf_error(), "blk.0.ssm_conv1d_k.weight: expected [4,1,256] got [4,128]");
 }
