@@ -84,6 +84,36 @@ void nf_quant_q2_k(const float *x, void *dst, int64_t nb, const float *qw) {
     }
 }
 
+#if defined(__AVX2__)
+float nf_dot_q2_k(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    float summins = 0.0f;
+    const __m256i three = _mm256_set1_epi8(3);
+    for (int64_t i = 0; i < nb; i++, a += NF_Q2_K_BYTES, b += NF_Q8_K_BYTES) {
+        const uint8_t *sc = a;
+        const int8_t *q8 = (const int8_t *)(b + 4);
+        int16_t bsums[16];
+        memcpy(bsums, b + 4 + NF_QK_K, sizeof bsums);
+        __m256i sumi = _mm256_setzero_si256();
+        int32_t summ = 0;
+        for (int j = 0; j < 16; j++) summ += (int32_t)(sc[j] >> 4) * bsums[j];
+        for (int n = 0; n < 2; n++) {
+            const __m256i raw = nf_avx2_load(a + 16 + 32 * n);
+            for (int k = 0; k < 4; k++) {                  /* 32 values = sub-blocks 8n+2k, 8n+2k+1 */
+                const int j = 8 * n + 2 * k;
+                const __m256i v = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * k), three);
+                const __m256i p = _mm256_maddubs_epi16(v, nf_avx2_load(q8 + 128 * n + 32 * k));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, nf_avx2_scales2(sc[j] & 0xF, sc[j + 1] & 0xF)));
+            }
+        }
+        const float dy = nf_ldf32(b);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(nf_ldh_fast(a + 80) * dy), _mm256_cvtepi32_ps(sumi)));
+        summins += nf_ldh_fast(a + 82) * dy * (float)summ;
+    }
+    return nf_avx2_hsum_ps(acc) - summins;
+}
+#else
 float nf_dot_q2_k(int64_t nb, const void *w, const void *x) {
     const uint8_t *a = w, *b = x;
     float sum = 0.0f;
@@ -106,3 +136,4 @@ float nf_dot_q2_k(int64_t nb, const void *w, const void *x) {
     }
     return sum;
 }
+#endif

@@ -98,6 +98,38 @@ void nf_quant_q4_k(const float *x, void *dst, int64_t nb, const float *qw) {
     }
 }
 
+#if defined(__AVX2__)
+float nf_dot_q4_k(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    float summins = 0.0f;
+    const __m256i lo4 = _mm256_set1_epi8(0x0F);
+    for (int64_t i = 0; i < nb; i++, a += NF_Q4_K_BYTES, b += NF_Q8_K_BYTES) {
+        const uint8_t *q = a + 16;
+        const int8_t *q8 = (const int8_t *)(b + 4);
+        int16_t bsums[16];
+        memcpy(bsums, b + 4 + NF_QK_K, sizeof bsums);
+        __m256i sumi = _mm256_setzero_si256();
+        int32_t summ = 0;
+        for (int j = 0; j < 4; j++) {                      /* 64 values: low nibbles, then high nibbles */
+            const __m256i raw = nf_avx2_load(q + 32 * j);
+            uint8_t sc0, m0, sc1, m1;
+            get_scale_min(2 * j, a + 4, &sc0, &m0);
+            get_scale_min(2 * j + 1, a + 4, &sc1, &m1);
+            const __m256i p0 = _mm256_maddubs_epi16(_mm256_and_si256(raw, lo4), nf_avx2_load(q8 + 64 * j));
+            const __m256i p1 = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(raw, 4), lo4),
+                                                    nf_avx2_load(q8 + 64 * j + 32));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc0)));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc1)));
+            summ += (int32_t)m0 * (bsums[4 * j] + bsums[4 * j + 1]) + (int32_t)m1 * (bsums[4 * j + 2] + bsums[4 * j + 3]);
+        }
+        const float dy = nf_ldf32(b);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(nf_ldh_fast(a) * dy), _mm256_cvtepi32_ps(sumi)));
+        summins += nf_ldh_fast(a + 2) * dy * (float)summ;
+    }
+    return nf_avx2_hsum_ps(acc) - summins;
+}
+#else
 float nf_dot_q4_k(int64_t nb, const void *w, const void *x) {
     const uint8_t *a = w, *b = x;
     float sum = 0.0f;
@@ -124,3 +156,4 @@ float nf_dot_q4_k(int64_t nb, const void *w, const void *x) {
     }
     return sum;
 }
+#endif

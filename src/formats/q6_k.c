@@ -83,6 +83,40 @@ void nf_quant_q6_k(const float *x, void *dst, int64_t nb, const float *qw) {
     }
 }
 
+#if defined(__AVX2__)
+float nf_dot_q6_k(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    __m256 acc = _mm256_setzero_ps();
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), three = _mm256_set1_epi8(3), m32 = _mm256_set1_epi8(32);
+    for (int64_t i = 0; i < nb; i++, a += NF_Q6_K_BYTES, b += NF_Q8_K_BYTES) {
+        const int8_t *sc = (const int8_t *)(a + 192);
+        const int8_t *q8 = (const int8_t *)(b + 4);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int n = 0; n < 2; n++) {
+            const __m256i l0 = nf_avx2_load(a + 64 * n), l1 = nf_avx2_load(a + 64 * n + 32);
+            const __m256i h = nf_avx2_load(a + 128 + 32 * n);
+            const __m256i v[4] = {
+                _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l0, lo4),
+                                                _mm256_slli_epi16(_mm256_and_si256(h, three), 4)), m32),
+                _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(l1, lo4),
+                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2), three), 4)), m32),
+                _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), lo4),
+                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 4), three), 4)), m32),
+                _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), lo4),
+                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 6), three), 4)), m32),
+            };
+            for (int k = 0; k < 4; k++) {                  /* 32 values = sub-blocks 8n+2k, 8n+2k+1 */
+                const int j = 8 * n + 2 * k;
+                const __m256i p = nf_avx2_pairs_ii(v[k], nf_avx2_load(q8 + 128 * n + 32 * k));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, nf_avx2_scales2(sc[j], sc[j + 1])));
+            }
+        }
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(nf_ldh_fast(a + 208) * nf_ldf32(b)),
+                                               _mm256_cvtepi32_ps(sumi)));
+    }
+    return nf_avx2_hsum_ps(acc);
+}
+#else
 float nf_dot_q6_k(int64_t nb, const void *w, const void *x) {
     const uint8_t *a = w, *b = x;
     float sum = 0.0f;
@@ -107,3 +141,4 @@ float nf_dot_q6_k(int64_t nb, const void *w, const void *x) {
     }
     return sum;
 }
+#endif

@@ -17,7 +17,7 @@
 
 #include "formats/formats.h"
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -73,6 +73,28 @@ static inline int nf_nearest_int(float f) {
     return (int)lrintf(f);
 }
 static inline int nf_clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+#if defined(__AVX2__)
+/* AVX2 helpers for the dots (each has a plain C equivalent in the family files). Products are formed with
+ * maddubs (unsigned x signed bytes -> pairs summed into int16); the operand ranges used below keep every pair
+ * sum far from int16 saturation: |w| <= 32 (or unsigned <= 43) against activations within +-127. */
+/* 16 int16 pair sums of 32 signed x signed bytes (signs moved onto the activation side). */
+static inline __m256i nf_avx2_pairs_ii(__m256i w, __m256i x) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+static inline __m256i nf_avx2_load(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline float nf_avx2_hsum_ps(__m256 v) {
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+/* int16 vector holding scale a in lanes 0-7 and scale b in lanes 8-15 (two 16-value sub-blocks) */
+static inline __m256i nf_avx2_scales2(int a, int b) {
+    return _mm256_setr_epi16((short)a, (short)a, (short)a, (short)a, (short)a, (short)a, (short)a, (short)a,
+                             (short)b, (short)b, (short)b, (short)b, (short)b, (short)b, (short)b, (short)b);
+}
+#endif
 
 /* Scale searches shared by the K-quant quantizers (kquant_search.c). */
 float nf_make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse_type, const float *qw);
