@@ -22,6 +22,7 @@ static void on_signal(int sig) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: nf-convert HF_DIR -o OUT.gguf [--recipe R] [options]\n"
+            "       nf-convert HF_DIR --dry-run [--recipe R]\n"
             "\n"
             "Convert a Hugging Face glm5_next checkpoint (config.json + model.safetensors or a sharded\n"
             "model.safetensors.index.json; BF16/F16/F32 or FP8 E4M3 with 128x128 block scales) to one GGUF file\n"
@@ -38,6 +39,7 @@ static void usage(FILE *f) {
             "      --no-tokenizer    do not write tokenizer metadata\n"
             "      --mtp             also convert the MTP/NextN block(s) (blk.N for N >= num_hidden_layers;\n"
             "                        the engine does not run them yet; default: skipped)\n"
+            "  -n, --dry-run         check the checkpoint and print the plan (sources, types, sizes); write nothing\n"
             "  -q, --quiet           no progress bar and no per-tensor summary\n"
             "  -h, --help            this help\n"
             "\n"
@@ -70,6 +72,8 @@ int main(int argc, char **argv) {
             o.n_threads = (int)v;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
             o.quiet = true;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--dry-run")) {
+            o.dry_run = true;
         } else if (!strcmp(a, "--mtp")) {
             o.mtp = true;
         } else if (!strcmp(a, "--no-tokenizer")) {
@@ -87,7 +91,8 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (!o.out_path) nf_die("no output file: use -o OUT.gguf (see --help)");
+    if (!o.out_path && !o.dry_run) nf_die("no output file: use -o OUT.gguf (see --help)");
+    if (!o.out_path) o.out_path = "(dry run)";
     if (!nf_recipe_find(o.recipe)) nf_die("%s", nf_error());
 
     struct sigaction sa;

@@ -410,6 +410,12 @@ done:
     snprintf(p->src_desc, sizeof p->src_desc, "%s", st_source_desc(c->ck, t));
 }
 
+/* Start reading the source(s) of plan entry p (the first expert only for stacks). */
+static void prefetch_plan(conv_ctx *c, const plan_t *p) {
+    if (p->x == X_EXP_SPLIT) st_prefetch(c->ck, p->experts[0]);
+    else if (p->src) st_prefetch(c->ck, p->src);
+}
+
 /* ---- progress ---- */
 
 static void fmt_bytes(double b, char *buf, size_t n) {
@@ -527,6 +533,37 @@ static int produce(conv_ctx *c, const plan_t *p, float *out, int64_t n) {
     default: return nf_fail("internal: bad transform");
     }
     return check_finite(p, out, n);
+}
+
+static void print_summary(conv_ctx *cx, const plan_t *plan, int n, const nf_convert_stats *st, const nf_recipe *recipe,
+                          int n_fallback, bool dry) {
+    FILE *lg = cx->log;
+    fprintf(lg, "\n%-40s %-18s %-16s %-26s %-8s %12s\n", "tensor", "shape (ggml)", "source", "transform", "type", "bytes");
+    uint64_t in = 0, outb = 0;
+    for (int i = 0; i < n; i++) {
+        char shp[64], ty[24];
+        fmt_ne(plan[i].lt->ne, plan[i].lt->n_dims, shp, sizeof shp);
+        snprintf(ty, sizeof ty, "%s%s", nf_type_get(plan[i].type)->name, plan[i].fell_back ? "*" : "");
+        fprintf(lg, "%-40s %-18s %-16s %-26s %-8s %12llu\n", plan[i].lt->name, shp, plan[i].src_desc, plan[i].label, ty,
+                (unsigned long long)plan[i].out_bytes);
+        in += plan[i].src_bytes;
+        outb += plan[i].out_bytes;
+    }
+    char bi[32], bo[32], rb[32];
+    fmt_bytes((double)in, bi, sizeof bi);
+    fmt_bytes((double)outb, bo, sizeof bo);
+    if (dry)
+        fprintf(lg, "\n%d tensors, recipe %s: would read %s and write %s of tensor data (dry run: nothing written)\n", n,
+                recipe->name, bi, bo);
+    else {
+        fmt_bytes(st->seconds > 0 ? (double)in / st->seconds : 0, rb, sizeof rb);
+        fprintf(lg, "\n%d tensors, recipe %s: read %s, wrote %s in %.1f s (%s/s) -> %s\n", n, recipe->name, bi, bo,
+                st->seconds, rb, cx->o->out_path);
+    }
+    if (n_fallback) fprintf(lg, "%d tensors (marked *) fell back to a smaller-block type\n", n_fallback);
+    if (st->n_skipped_mtp || st->n_ignored_vision || st->n_unused)
+        fprintf(lg, "skipped: %d MTP-layer tensors, %d vision tensors, %d unused\n", st->n_skipped_mtp,
+                st->n_ignored_vision, st->n_unused);
 }
 
 /* ---- main ---- */
@@ -651,6 +688,13 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
         }
         if (n_fallback > 12) fprintf(c.log, "nf-convert: ... %d fallbacks in all\n", n_fallback);
     }
+    if (o->dry_run) {
+        if (!o->quiet) print_summary(&c, plan, n, &st, recipe, n_fallback, true);
+        st.n_tensors = n;
+        rc = 0;
+        goto out;
+    }
+
     /* ---- declare ---- */
     w = gguf_writer_create(o->out_path);
     if (!w) goto out;
@@ -693,6 +737,8 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
             goto out;
         }
         progress(&c, i, n, lt->name, false);
+        if (i == 0) prefetch_plan(&c, p);
+        if (i + 1 < n) prefetch_plan(&c, &plan[i + 1]);
         int64_t ne = nf_layout_nelements(lt), row_len = lt->ne[0];
         qbuf = malloc(p->out_bytes ? p->out_bytes : 1);
         if (!qbuf) {
@@ -713,6 +759,7 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
                     goto out;
                 }
                 const st_tensor *src = p->x == X_EXP_SPLIT ? p->experts[e] : p->src;
+                if (p->x == X_EXP_SPLIT && e + 1 < E) st_prefetch(c.ck, p->experts[e + 1]);
                 int64_t first = p->x == X_EXP_SPLIT ? 0 : e * p->stride + p->off;
                 if (st_read_f32(c.ck, src, first, slab, f32) < 0 || check_finite(p, f32, slab) < 0) {
                     nf_fail_prefix("%s (expert %lld)", lt->name, (long long)e);
@@ -763,27 +810,7 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
     st.n_tensors = n;
     st.seconds = now_s() - c.t0;
 
-    if (!o->quiet) {
-        fprintf(c.log, "\n%-40s %-18s %-16s %-26s %-8s %12s\n", "tensor", "shape (ggml)", "source", "transform", "type", "bytes");
-        for (int i = 0; i < n; i++) {
-            char shp[64];
-            fmt_ne(plan[i].lt->ne, plan[i].lt->n_dims, shp, sizeof shp);
-            char ty[24];
-            snprintf(ty, sizeof ty, "%s%s", nf_type_get(plan[i].type)->name, plan[i].fell_back ? "*" : "");
-            fprintf(c.log, "%-40s %-18s %-16s %-26s %-8s %12llu\n", plan[i].lt->name, shp, plan[i].src_desc, plan[i].label,
-                    ty, (unsigned long long)plan[i].out_bytes);
-        }
-        char bi[32], bo[32], rb[32];
-        fmt_bytes((double)st.bytes_in, bi, sizeof bi);
-        fmt_bytes((double)st.bytes_out, bo, sizeof bo);
-        fmt_bytes(st.seconds > 0 ? (double)st.bytes_in / st.seconds : 0, rb, sizeof rb);
-        fprintf(c.log, "\n%d tensors, recipe %s: read %s, wrote %s in %.1f s (%s/s) -> %s\n", n, recipe->name, bi, bo,
-                st.seconds, rb, o->out_path);
-        if (n_fallback) fprintf(c.log, "%d tensors (marked *) fell back to a smaller-block type\n", n_fallback);
-        if (st.n_skipped_mtp || st.n_ignored_vision || st.n_unused)
-            fprintf(c.log, "skipped: %d MTP-layer tensors, %d vision tensors, %d unused\n",
-                    st.n_skipped_mtp, st.n_ignored_vision, st.n_unused);
-    }
+    if (!o->quiet) print_summary(&c, plan, n, &st, recipe, n_fallback, false);
     rc = 0;
 out:
     if (w) gguf_writer_abort(w);

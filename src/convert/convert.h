@@ -26,6 +26,7 @@ typedef struct {
     bool quiet;              /* no progress and no summary */
     bool no_tokenizer;       /* skip tokenizer metadata even if tokenizer.json exists */
     bool mtp;                /* also convert the MTP/NextN blocks (num_nextn_predict_layers) */
+    bool dry_run;            /* plan and print the table (sources, types, sizes) without writing anything */
     FILE *log;               /* progress + summary (NULL: stderr) */
     volatile sig_atomic_t *cancel; /* optional: set non-zero (e.g. from a SIGINT handler) to stop cleanly */
 } nf_convert_opts;

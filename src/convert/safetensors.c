@@ -647,13 +647,24 @@ int st_read_f32(const st_checkpoint *c, const st_tensor *t, int64_t first, int64
     return 0;
 }
 
-void st_release(const st_checkpoint *c, const st_tensor *t) {
+static void advise(const st_checkpoint *c, const st_tensor *t, int advice) {
     const st_file *f = c->files[t->shard];
     if (!f->mapped || t->end == t->begin) return;
     long pg = sysconf(_SC_PAGESIZE);
     uintptr_t a = (uintptr_t)t->data, b = a + (t->end - t->begin);
     a &= ~(uintptr_t)(pg - 1);
-    madvise((void *)a, b - a, MADV_DONTNEED);
+    madvise((void *)a, b - a, advice);
+}
+
+void st_prefetch(const st_checkpoint *c, const st_tensor *t) {
+    if (t->end - t->begin > (512u << 20)) return; /* a huge range would only evict what we are using */
+    advise(c, t, MADV_WILLNEED);
+    const st_tensor *s = t->dtype == ST_F8_E4M3 ? scale_of(c, t) : NULL;
+    if (s && s != t) advise(c, s, MADV_WILLNEED);
+}
+
+void st_release(const st_checkpoint *c, const st_tensor *t) {
+    advise(c, t, MADV_DONTNEED);
     const st_tensor *s = t->dtype == ST_F8_E4M3 ? scale_of(c, t) : NULL;
     if (s && s != t) st_release(c, s);
 }

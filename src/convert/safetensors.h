@@ -83,6 +83,8 @@ int st_check_readable(const st_checkpoint *c, const st_tensor *t);
 /* Read elements [first, first+n) (flat PyTorch index) of t as f32 into dst. F8_E4M3 is dequantized with its
  * block scales. Returns 0 or -1 with a message. */
 int st_read_f32(const st_checkpoint *c, const st_tensor *t, int64_t first, int64_t n, float *dst);
+/* Ask the kernel to start reading t's pages (and its scales) now, so I/O overlaps the current tensor's work. */
+void st_prefetch(const st_checkpoint *c, const st_tensor *t);
 /* Tell the kernel we are done with t's pages (keeps resident memory at a few tensors). */
 void st_release(const st_checkpoint *c, const st_tensor *t);
 /* A printable description of how t is stored: "BF16", "F8_E4M3+scale" ... */

@@ -527,3 +527,15 @@ def test_tied_embeddings(tmp_path):
     assert r.returncode == 0, r.stderr
     _, t = gguf_tensors(out)
     assert np.array_equal(t["output.weight"][2], t["token_embd.weight"][2])
+
+
+def test_dry_run(tmp_path):
+    r = subprocess.run([NF_CONVERT, FIXTURES["fp8"], "--dry-run", "-r", "q4"], capture_output=True, text=True,
+                       timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "dry run: nothing written" in r.stderr and "blk.1.attn_k_b.weight" in r.stderr
+    assert os.listdir(tmp_path) == []
+    d = copy_fixture(tmp_path, "fp8")
+    edit_config(d, lambda t, c: t.update(hc_mult=2))
+    r = subprocess.run([NF_CONVERT, str(d), "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "hc_mult" in r.stderr
