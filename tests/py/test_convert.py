@@ -530,7 +530,7 @@ def test_tied_embeddings(tmp_path):
 
 
 def test_dry_run(tmp_path):
-    r = subprocess.run([NF_CONVERT, FIXTURES["fp8"], "--dry-run", "-r", "q4"], capture_output=True, text=True,
+    r = subprocess.run([os.path.abspath(NF_CONVERT), FIXTURES["fp8"], "--dry-run", "-r", "q4"], capture_output=True, text=True,
                        timeout=60, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "dry run: nothing written" in r.stderr and "blk.1.attn_k_b.weight" in r.stderr
