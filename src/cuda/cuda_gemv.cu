@@ -10,10 +10,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+/* The formats table, the IQ2_XXS tables (src/formats/iq2_tables.c) and the error helper are C. */
+extern "C" {
 #include "formats/formats.h"
 
-/* Host tables of the IQ2_XXS format (src/formats/iq2_tables.c) and the error helper, both C. */
-extern "C" {
 extern const uint64_t nf_iq2xxs_grid[256];
 extern const uint8_t nf_iq2_ksigns[128];
 int nf_fail(const char *fmt, ...);
