@@ -441,6 +441,48 @@ static void progress(conv_ctx *c, int i, int n, const char *name, bool force) {
     fflush(c->log);
 }
 
+/* ---- reading (element ranges in parallel) ---- */
+
+typedef struct {
+    const st_checkpoint *ck;
+    const st_tensor *t;
+    int64_t first, n;
+    float *dst;
+    int ret;
+} rjob;
+
+static void *rworker(void *arg) {
+    rjob *j = arg;
+    j->ret = j->n ? st_read_f32(j->ck, j->t, j->first, j->n, j->dst) : 0;
+    return NULL;
+}
+
+/* st_read_f32 split over the conversion threads (dequantizing FP8 of a 300B checkpoint on one core would take
+ * about as long as quantizing it on all of them). */
+static int read_f32(conv_ctx *c, const st_tensor *t, int64_t first, int64_t n, float *dst) {
+    int nt = c->n_threads;
+    if (n < (1 << 20) || nt < 2) return st_read_f32(c->ck, t, first, n, dst);
+    if (st_check_readable(c->ck, t) < 0) return -1;   /* errors from the calling thread */
+    if (first < 0 || n < 0 || first + n > t->n_elements) return st_read_f32(c->ck, t, first, n, dst);
+    rjob jobs[64];
+    pthread_t th[64];
+    if (nt > 64) nt = 64;
+    for (int i = 0; i < nt; i++) {
+        int64_t a = n * i / nt, b = n * (i + 1) / nt;
+        jobs[i] = (rjob){c->ck, t, first + a, b - a, dst + a, 0};
+    }
+    bool started[64] = {false};
+    for (int i = 1; i < nt; i++) started[i] = pthread_create(&th[i], NULL, rworker, &jobs[i]) == 0;
+    rworker(&jobs[0]);
+    for (int i = 1; i < nt; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        else rworker(&jobs[i]);
+    }
+    for (int i = 0; i < nt; i++)
+        if (jobs[i].ret < 0) return nf_fail("tensor '%s': read failed", t->name);
+    return 0;
+}
+
 /* ---- quantization (row ranges in parallel) ---- */
 
 typedef struct {
@@ -499,12 +541,12 @@ static int produce(conv_ctx *c, const plan_t *p, float *out, int64_t n) {
     switch (p->x) {
     case X_COPY:
     case X_NEG_EXP:
-        if (st_read_f32(c->ck, p->src, 0, n, out) < 0) return -1;
+        if (read_f32(c, p->src, 0, n, out) < 0) return -1;
         if (p->x == X_NEG_EXP)
             for (int64_t i = 0; i < n; i++) out[i] = -expf(out[i]);
         break;
     case X_SLICE:
-        if (st_read_f32(c->ck, p->src, p->off, n, out) < 0) return -1;
+        if (read_f32(c, p->src, p->off, n, out) < 0) return -1;
         break;
     case X_KB:
     case X_VB: {
@@ -761,7 +803,7 @@ int nf_convert(const nf_convert_opts *o, nf_convert_stats *stats) {
                 const st_tensor *src = p->x == X_EXP_SPLIT ? p->experts[e] : p->src;
                 if (p->x == X_EXP_SPLIT && e + 1 < E) st_prefetch(c.ck, p->experts[e + 1]);
                 int64_t first = p->x == X_EXP_SPLIT ? 0 : e * p->stride + p->off;
-                if (st_read_f32(c.ck, src, first, slab, f32) < 0 || check_finite(p, f32, slab) < 0) {
+                if (read_f32(&c, src, first, slab, f32) < 0 || check_finite(p, f32, slab) < 0) {
                     nf_fail_prefix("%s (expert %lld)", lt->name, (long long)e);
                     goto out;
                 }
