@@ -100,7 +100,7 @@ cp "$prompt" "$out/prompt" || ab_die 2 "cannot copy the prompt"
   for i in 0 1; do echo "arm=${labels[i]} dir=${dirs[i]} commit=$(ab_kv "${dirs[i]}/arm.txt" commit) bench_sha256=$(ab_sha256 "${benches[i]}")"; done
   echo "prompt=$prompt sha256=$(ab_sha256 "$out/prompt")"
   echo "frontiers=$frontiers gen=$gen topk=$topk dense_limit=$dense"
-  echo "bench_args=${extra[*]}"
+  echo "bench_args=${extra[*]-}"
   echo "env=$(echo "$envs" | tr '\n' ' ')"
 } >"$out/exact-manifest.txt"
 ab_gpu_state >"$out/gpu-before.txt"
@@ -112,7 +112,7 @@ trial() { # arm-index trial-number
     args=(--prompt-file "$out/prompt")
     [ -n "$weights" ] && args+=(--model "$weights")
     args+=(--ctx-start "$f" --ctx-max "$f" --step-incr 1 --step-mul 1 --gen-tokens "$gen" --csv "$p.csv"
-      --dump-steps "$p.jsonl" --dump-topk "$topk" "${extra[@]}")
+      --dump-steps "$p.jsonl" --dump-topk "$topk" ${extra[@]+"${extra[@]}"})
     echo "$NF_AB_PROG: exact ${labels[i]} trial $t ctx $f" >&2
     (cd "${trees[i]}" && exec "${benches[i]}" "${args[@]}") >"$p.log" 2>&1 </dev/null
     rc=$?

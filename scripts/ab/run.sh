@@ -101,6 +101,8 @@ for ((i = 0; i < n; i++)); do
   trees+=("$AB_TREE")
   benches+=("$AB_BENCH")
 done
+kinds=$(for d in "${dirs[@]}"; do grep -o '"cuda": *[a-z]*' "$d/build.json" || echo '"cuda": unknown'; done | sort -u | wc -l)
+[ "$kinds" -le 1 ] || ab_warn "the arms mix CUDA and CPU builds (build.json \"cuda\"): is that the comparison you mean?"
 [ -n "$prompt" ] || ab_refuse "--prompt FILE is required (one prompt for all arms)"
 case $prompt in /*) ;; *) prompt="${trees[0]}/$prompt" ;; esac
 [ -f "$prompt" ] && [ -s "$prompt" ] || ab_refuse "prompt $prompt missing or empty"
@@ -180,7 +182,7 @@ write_manifest() { # rundir status started finished
     printf ' "weights": %s,\n' "$wb"
     printf ' "sweep": {"ctx_start": %s, "ctx_max": %s, "step_incr": %s, "step_mul": %s, "gen": %s, "frontiers": [%s]},\n' \
       "$ctx_start" "$ctx_max" "$step_incr" "$step_mul" "$gen" "$(echo $frontiers | tr ' ' ',')"
-    printf ' "reps": %s, "runs": %s, "bench_args": %s,\n' "$reps" "$runs" "$(json_list "${extra[@]}")"
+    printf ' "reps": %s, "runs": %s, "bench_args": %s,\n' "$reps" "$runs" "$(json_list ${extra[@]+"${extra[@]}"})"
     printf ' "env": %s,\n' "$(ab_jstr "$envs")"
     printf ' "gpu": {"name": %s}\n}\n' "$(ab_jstr "$(ab_gpu_name)")"
   } >"$rd/manifest.json.tmp" && mv "$rd/manifest.json.tmp" "$rd/manifest.json"
@@ -222,7 +224,7 @@ for ((run = 1; run <= runs; run++)); do
       args=(--prompt-file "$prompt_copy")
       [ -n "$weights" ] && args+=(--model "$weights")
       args+=(--ctx-start "$ctx_start" --ctx-max "$ctx_max" --step-incr "$step_incr" --step-mul "$step_mul"
-        --gen-tokens "$gen" --csv "$csv.part" "${extra[@]}")
+        --gen-tokens "$gen" --csv "$csv.part" ${extra[@]+"${extra[@]}"})
       echo "$NF_AB_PROG: run $run rep $rep position $((pos + 1)): $lab" >&2
       t0=$(date +%s.%N)
       ( cd "${trees[i]}" && exec "${benches[i]}" "${args[@]}" ) >"$log" 2>&1 </dev/null &

@@ -5,6 +5,7 @@ its bench; ./fake.env in the tree sets its level, noise, drift and divergences.
 """
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -18,8 +19,21 @@ FAKE = os.path.join(ROOT, "tests", "py", "ab_fake", "fake-bench")
 CONTRACT = ["ctx", "prefill_tokens", "prefill_tps", "gen_tokens", "gen_tps", "state_bytes", "bytes_per_token",
             "decode_gbps", "bw_fraction", "gen_ids_hash"]
 
-if AB not in sys.path:
-    sys.path.insert(0, AB)
+
+
+def _load(name, filename):
+    """Import scripts/ab/<filename> under a unique module name (no sys.path games, no clash with other tests)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(AB, filename))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+report = _load("nfab_report", "report.py")
+exact = _load("nfab_exact", "exact.py")
 
 
 def sha256(path):

@@ -11,7 +11,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ab_support as S  # noqa: E402
-import exact as X  # noqa: E402
+
+X = S.exact
 
 SMALL = ["--frontiers", "2016,4096", "--gen", 8, "--topk", 5]
 

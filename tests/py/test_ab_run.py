@@ -13,7 +13,6 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ab_support as S  # noqa: E402
-import report as R  # noqa: E402
 
 SWEEP = ["--ctx-start", 2048, "--ctx-max", 8192, "--step-incr", 2048, "--gen", 16]
 
@@ -314,3 +313,23 @@ def test_build_nf_ab_link_dispatches(tmp_path):
     os.symlink(S.NFAB, link)
     p = subprocess.run([str(link), "report", "--help"], capture_output=True, text=True)
     assert p.returncode == 0 and "--aa" in p.stdout
+
+
+def test_bench_invocation_and_extra_args(tmp_path, arms):
+    a, b = arms
+    out = tmp_path / "out"
+    w = tmp_path / "w.gguf"
+    w.write_bytes(b"GGUF" + b"\0" * 60)
+    p = S.nfab(tmp_path, "run", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", "prompt.txt", "--reps", 2,
+               "--weights", w, "--out", out, *SWEEP, "--", "--warmup-tokens", "4")
+    assert p.returncode == 0, p.stderr
+    m = json.load(open(out / "manifest.json"))
+    assert m["bench_args"] == ["--warmup-tokens", "4"]
+    assert m["weights"] == {"path": str(w), "name": "w.gguf", "bytes": 64}
+    for arm in (a, b):
+        lines = open(os.path.join(arm, "tree", "args.log")).read().splitlines()
+        assert len(lines) == 2
+        for ln in lines:
+            assert ln.startswith("--prompt-file %s --model %s --ctx-start 2048 --ctx-max 8192 --step-incr 2048 "
+                                 "--step-mul 1 --gen-tokens 16 --csv " % (m["prompt"]["path"], w))
+            assert ln.endswith(".csv.part --warmup-tokens 4")
