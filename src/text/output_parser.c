@@ -51,6 +51,7 @@ static void emit_text(nf_output_parser *p, int mode, const char *s, size_t n) {
 }
 
 static void consume(nf_output_parser *p, size_t k) {
+    if (k == 0) return;
     memmove(p->buf, p->buf + k, p->n - k);
     p->n -= k;
 }
@@ -253,22 +254,24 @@ static void process(nf_output_parser *p, bool final) {
             return;
         }
         if (p->mode == M_TOOL) {
+            /* the call ends at </tool_call>, or at an end token if one comes first (the turn ended
+             * without closing the call: recover it) */
             const char *e = memfind(p->buf, p->n, "</tool_call>");
+            size_t limit = e ? (size_t)(e - p->buf) : p->n;
+            tag_id t;
+            long at = find_tag(p->buf, limit, &t);
+            while (at >= 0 && t != T_USER && t != T_OBS && t != T_EOT) {
+                long next = find_tag(p->buf + at + 1, limit - (size_t)at - 1, &t);
+                at = next < 0 ? -1 : at + 1 + next;
+            }
+            if (at >= 0) {
+                emit_tool(p, p->buf, (size_t)at, true);
+                nf_out_event ev = {.kind = NF_OUT_END, .text = TAGS[t], .len = strlen(TAGS[t])};
+                p->mode = M_DONE;
+                p->fn(p->user, &ev);
+                continue;
+            }
             if (!e) {
-                /* an end token before </tool_call>: the call ended with the turn; recover it */
-                tag_id t;
-                long at = find_tag(p->buf, p->n, &t);
-                while (at >= 0 && t != T_USER && t != T_OBS && t != T_EOT) {
-                    long next = find_tag(p->buf + at + 1, p->n - (size_t)at - 1, &t);
-                    at = next < 0 ? -1 : at + 1 + next;
-                }
-                if (at >= 0) {
-                    emit_tool(p, p->buf, (size_t)at, true);
-                    nf_out_event ev = {.kind = NF_OUT_END, .text = TAGS[t], .len = strlen(TAGS[t])};
-                    p->mode = M_DONE;
-                    p->fn(p->user, &ev);
-                    continue;
-                }
                 if (final) {
                     emit_tool(p, p->buf, p->n, true);
                     p->n = 0;
