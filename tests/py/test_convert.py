@@ -539,3 +539,26 @@ def test_dry_run(tmp_path):
     edit_config(d, lambda t, c: t.update(hc_mult=2))
     r = subprocess.run([NF_CONVERT, str(d), "--dry-run"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "hc_mult" in r.stderr
+
+
+def test_release_scale_dry_run(tmp_path):
+    """The released architecture, header-only (sparse data): the whole plan maps, with the published census."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_release_sparse",
+                                                  os.path.join(ROOT, "scripts", "make_release_sparse.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    d = tmp_path / "glm53"
+    n, total = mod.make(str(d))
+    assert n == 75761 and total > 300e9
+    for recipe in ("f32", "bf16", "q8", "q4", "q2"):
+        r = subprocess.run([NF_CONVERT, str(d), "--dry-run", "-r", recipe], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"1383 tensors, recipe {recipe}" in r.stderr       # trunk census of a release GGUF (spec 4.1)
+        assert "fell back" not in r.stderr and "warning" not in r.stderr
+        assert "skipped: 1760 MTP-layer tensors, 0 vision tensors, 0 unused" in r.stderr
+    r = subprocess.run([NF_CONVERT, str(d), "--dry-run", "-r", "q4", "--mtp"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "1412 tensors, recipe q4" in r.stderr and "185.27 GB" in r.stderr   # + 29 NextN tensors
+    assert "blk.45.nextn.eh_proj.weight" in r.stderr and "blk.45.ffn_gate_exps.weight" in r.stderr
