@@ -436,8 +436,13 @@ static void progress(conv_ctx *c, int i, int n, const char *name, bool force) {
     fmt_bytes((double)c->done_in, done, sizeof done);
     fmt_bytes((double)c->total_in, tot, sizeof tot);
     fmt_bytes(rate, rb, sizeof rb);
-    fprintf(c->log, "%s[%4d/%d] %5.1f%% %s/%s %s/s ETA %dm%02ds %-40.40s%s", c->tty ? "\r" : "", i, n, 100 * frac, done,
-            tot, rb, (int)eta / 60, (int)eta % 60, name, c->tty ? "" : "\n");
+    char bar[24];
+    int fill = (int)(frac * 20 + 0.5);
+    for (int k = 0; k < 20; k++) bar[k] = k < fill ? '#' : '.';
+    bar[20] = 0;
+    fprintf(c->log, "%s[%s] %5.1f%% tensor %d/%d %s/%s %s/s ETA %dh%02dm%02ds %-40.40s%s", c->tty ? "\r" : "", bar,
+            100 * frac, i, n, done, tot, rb, (int)eta / 3600, (int)eta / 60 % 60, (int)eta % 60, name,
+            c->tty ? "" : "\n");
     fflush(c->log);
 }
 
