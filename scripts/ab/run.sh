@@ -25,7 +25,8 @@ options:
   --step-mul X        geometric step when > 1 (default 1)
   --gen N             greedy decode tokens per frontier (default 128)
   --reps N            repetitions, a multiple of the arm count (default 4)
-  --runs K            repeat the whole A/B K times into DIR/run1..K (default 1)
+  --runs K            repeat the whole A/B K times into DIR/run1..K (default 3; 1 writes into DIR itself)
+  --time-budget S     start another run only if it is expected to end within S seconds of the start
   --tar FILE          pack DIR into one tarball at the end (one result file)
   --record-env        allow engine env vars (NF_*, CUDA_*...) and record them; refused otherwise
   --allow-busy-gpu    run although nvidia-smi lists other compute processes
@@ -34,7 +35,7 @@ EOF
 }
 
 arms=() aa="" prompt="" weights="" out="" tarf="" record_env=0 allow_busy=0
-ctx_start=2048 ctx_max=16384 step_incr=2048 step_mul=1 gen=128 reps=4 runs=1
+ctx_start=2048 ctx_max=16384 step_incr=2048 step_mul=1 gen=128 reps=4 runs=3 budget=""
 extra=()
 need() { [ $# -ge 2 ] || ab_refuse "$1 needs a value"; }
 while [ $# -gt 0 ]; do
@@ -52,6 +53,7 @@ while [ $# -gt 0 ]; do
     --gen) need "$@"; gen=$2; shift 2 ;;
     --reps) need "$@"; reps=$2; shift 2 ;;
     --runs) need "$@"; runs=$2; shift 2 ;;
+    --time-budget) need "$@"; budget=$2; shift 2 ;;
     --record-env) record_env=1; shift ;;
     --allow-busy-gpu) allow_busy=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -64,6 +66,7 @@ done
 for v in ctx_start ctx_max step_incr gen reps runs; do
   ab_is_uint "${!v}" || ab_refuse "--${v//_/-} must be a positive integer, got '${!v}'"
 done
+[ -z "$budget" ] || ab_is_uint "$budget" || ab_refuse "--time-budget must be a positive integer (seconds), got '$budget'"
 [[ $step_mul =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v m="$step_mul" 'BEGIN{exit !(m >= 1)}' \
   || ab_refuse "--step-mul must be a number >= 1, got '$step_mul'"
 [ "$ctx_start" -le "$ctx_max" ] || ab_refuse "--ctx-start $ctx_start is above --ctx-max $ctx_max"
@@ -204,7 +207,17 @@ check_csv() { # file -> prints a reason when bad
 }
 
 fail_total=0
+t_start=$(date +%s)
+done_runs=0
 for ((run = 1; run <= runs; run++)); do
+  if [ -n "$budget" ] && [ $done_runs -gt 0 ]; then
+    now=$(date +%s)
+    per=$(((now - t_start) / done_runs))
+    if [ $((now - t_start + per)) -gt "$budget" ]; then
+      ab_warn "stopping after $done_runs of $runs runs: the next (~${per}s) would end past the ${budget}s budget"
+      break
+    fi
+  fi
   rd=$out
   [ "$runs" -gt 1 ] && rd="$out/run$run"
   mkdir -p "$rd"
@@ -258,6 +271,7 @@ for ((run = 1; run <= runs; run++)); do
   [ $fails -eq 0 ] || st=incomplete
   write_manifest "$rd" "$st" "$started" "$(ab_now)"
   fail_total=$((fail_total + fails))
+  done_runs=$((done_runs + 1))
   echo "$NF_AB_PROG: run $run $st ($rd)" >&2
 done
 

@@ -110,7 +110,7 @@ def test_two_refs_through_run_and_report(tmp_path, repo):
     assert json.load(open(a / "build.json"))["commit"] != json.load(open(b / "build.json"))["commit"]
     out = tmp_path / "out"
     p = S.nfab(tmp_path, "run", "--arm", "main=%s" % a, "--arm", "pr=%s" % b, "--prompt", "prompt.txt",
-               "--reps", 2, "--ctx-start", 2048, "--ctx-max", 4096, "--step-incr", 2048, "--gen", 8, "--out", out)
+               "--reps", 2, "--ctx-start", 2048, "--ctx-max", 4096, "--step-incr", 2048, "--gen", 8, "--runs", 1, "--out", out)
     assert p.returncode == 0, p.stderr
     m = json.load(open(out / "manifest.json"))
     assert m["arms"][0]["commit"] == base and m["arms"][0]["build"]["commit"] == base

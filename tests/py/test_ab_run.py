@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ab_support as S  # noqa: E402
 
-SWEEP = ["--ctx-start", 2048, "--ctx-max", 8192, "--step-incr", 2048, "--gen", 16]
+SWEEP = ["--ctx-start", 2048, "--ctx-max", 8192, "--step-incr", 2048, "--gen", 16, "--runs", 1]
 
 
 def calls(arm):
@@ -257,7 +257,7 @@ def test_run_then_report_end_to_end(tmp_path, arms):
     aa_arm = S.make_arm(tmp_path / "arms", "base", BASE_DECODE=30, NOISE=0.01, DRIFT=0.97)
     out = tmp_path / "ab"
     p = S.nfab(tmp_path, "run", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", "prompt.txt", "--reps", 4,
-               "--runs", 3, "--out", out, "--tar", tmp_path / "ab.tgz", *SWEEP)
+               *SWEEP, "--runs", 3, "--out", out, "--tar", tmp_path / "ab.tgz")
     assert p.returncode == 0, p.stderr
     assert sorted(os.listdir(out)) == ["inputs", "run1", "run2", "run3"]
     assert (tmp_path / "ab.tgz").stat().st_size > 0
@@ -333,3 +333,22 @@ def test_bench_invocation_and_extra_args(tmp_path, arms):
             assert ln.startswith("--prompt-file %s --model %s --ctx-start 2048 --ctx-max 8192 --step-incr 2048 "
                                  "--step-mul 1 --gen-tokens 16 --csv " % (m["prompt"]["path"], w))
             assert ln.endswith(".csv.part --warmup-tokens 4")
+
+
+def test_default_is_three_runs_and_time_budget_stops_early(tmp_path):
+    a = S.make_arm(tmp_path / "arms", "main")
+    b = S.make_arm(tmp_path / "arms", "pr", SLEEP=0.4)
+    sweep = [x for x in SWEEP if x not in ("--runs", 1)]
+    p = S.nfab(tmp_path, "run", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", tmp_path / "d3", *sweep)
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path / "d3")) == ["inputs", "run1", "run2", "run3"]
+    # each run takes ~0.8 s (two slow trials): with a 2 s budget, run 3 would end past it
+    p = S.nfab(tmp_path, "run", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", tmp_path / "d", "--time-budget", 2, *sweep, "--runs", 5)
+    assert p.returncode == 0, p.stderr
+    assert "stopping after" in p.stderr
+    done = [n for n in os.listdir(tmp_path / "d") if n.startswith("run")]
+    assert 1 <= len(done) < 5
+    for n in done:
+        assert json.load(open(tmp_path / "d" / n / "manifest.json"))["status"] == "complete"
