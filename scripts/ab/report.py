@@ -249,7 +249,7 @@ def k_subsets(headlines):
     if n < 3:
         return []
     if n > MAX_K_RUNS:
-        raise ABError("k-subset table is exhaustive; %d runs is more than %d" % (n, MAX_K_RUNS))
+        return []  # exhaustive only; beyond MAX_K_RUNS runs the table is left out (the report says so)
     out = []
     for k in range(1, n + 1):
         meds = [median(list(c)) for c in itertools.combinations(headlines, k)]
@@ -415,10 +415,16 @@ def hash_agreement(run, a, b):
         break
     if col is None:
         return None
-    ha = {(int(float(r["ctx"] if "ctx" in r else r["ctx_tokens"])), rep): r[col]
-          for rep, rows in run.rows[a].items() for r in rows}
-    hb = {(int(float(r["ctx"] if "ctx" in r else r["ctx_tokens"])), rep): r[col]
-          for rep, rows in run.rows[b].items() for r in rows}
+
+    def keyed(label):
+        out = {}
+        for rep, rows in run.rows[label].items():
+            for r in rows:
+                ctx = _num(r.get("ctx", r.get("ctx_tokens")))
+                if ctx is not None:
+                    out[(int(ctx), rep)] = r.get(col)
+        return out
+    ha, hb = keyed(a), keyed(b)
     shared = sorted(set(ha) & set(hb))
     diff = [k for k in shared if ha[k] != hb[k]]
     return {"column": col, "compared": len(shared), "differ": [list(k) for k in diff]}
@@ -594,6 +600,8 @@ def render(rep, legacy=False):
                 p = g["per_frontier"][f]
                 L.append("  %8d %9.4f %9.4f %5d %8.4f..%.4f" % (f, p["median"], 1.0 / p["median"], p["runs"],
                                                               p["range"][0], p["range"][1]))
+        if g["runs"] > MAX_K_RUNS:
+            L.append("  (k-subset table left out: it is exhaustive and %d runs is more than %d)" % (g["runs"], MAX_K_RUNS))
         if g["k_table"]:
             L.append("  what k runs would have bought (median of every k-subset of run headlines):")
             for k in g["k_table"]:
