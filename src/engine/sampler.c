@@ -121,19 +121,17 @@ static void apply_penalties(nf_sampler *s) {
     }
 }
 
-/* candidates ordered by probability (= logit) descending, then id ascending */
-static const float *g_key;
-static int cmp_cand(const void *a, const void *b) {
+/* candidates ordered by probability (= logit) descending, then id ascending; qsort_r (glibc) keeps the
+ * key array per call, so samplers in different threads do not share state */
+static int cmp_cand(const void *a, const void *b, void *key_) {
+    const float *key = key_;
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    if (g_key[x] > g_key[y]) return -1;
-    if (g_key[x] < g_key[y]) return 1;
+    if (key[x] > key[y]) return -1;
+    if (key[x] < key[y]) return 1;
     return (x > y) - (x < y);
 }
 
-static void sort_cands(int32_t *c, size_t n, const float *key) {
-    g_key = key; /* qsort has no context argument in C11; the sampler is not shared between threads */
-    qsort(c, n, sizeof *c, cmp_cand);
-}
+static void sort_cands(int32_t *c, size_t n, const float *key) { qsort_r(c, n, sizeof *c, cmp_cand, (void *)key); }
 
 /* Min-heap selection of the k best ids (by key desc, id asc), result sorted. Returns the count. */
 static size_t top_k_select(const float *key, int32_t n, int k, int32_t *out) {

@@ -613,7 +613,7 @@ nf_tokenizer *nf_tokenizer_load(const char *path) {
     gguf_file *f = gguf_open(path);
     if (!f) return NULL;
     nf_tokenizer *t = nf_tokenizer_from_gguf(f);
-    if (!t) nf_fail_prefix("%s", path);
+    if (!t && strncmp(nf_error(), path, strlen(path)) != 0) nf_fail_prefix("%s", path);
     gguf_close(f);
     return t;
 }
