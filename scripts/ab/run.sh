@@ -151,9 +151,10 @@ prompt_copy="$inputs/$pname"
 prompt_sha=$(ab_sha256 "$prompt_copy")
 prompt_bytes=$(wc -c <"$prompt_copy" | tr -d ' ')
 
-child=""
+child="" rd="" started=""
 on_signal() {
   [ -n "$child" ] && kill "$child" 2>/dev/null
+  [ -n "$rd" ] && [ -n "$started" ] && write_manifest "$rd" interrupted "$started" "$(ab_now)"
   echo "$NF_AB_PROG: interrupted: INCOMPLETE, this is not a paired run" >&2
   exit 130
 }

@@ -352,3 +352,32 @@ def test_default_is_three_runs_and_time_budget_stops_early(tmp_path):
     assert 1 <= len(done) < 5
     for n in done:
         assert json.load(open(tmp_path / "d" / n / "manifest.json"))["status"] == "complete"
+
+
+def test_stopping_the_driver_kills_the_bench(tmp_path):
+    import signal
+    import time
+    a = S.make_arm(tmp_path / "arms", "main", SLEEP=3)
+    b = S.make_arm(tmp_path / "arms", "pr")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([S.NFAB, "run", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", "prompt.txt",
+                             "--reps", "2", "--out", str(out)] + [str(x) for x in SWEEP],
+                            env=S.env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pidfile = os.path.join(a, "tree", "bench.pid")
+    for _ in range(100):
+        if os.path.exists(pidfile) and open(pidfile).read().strip():
+            break
+        time.sleep(0.05)
+    bench_pid = int(open(pidfile).read())
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=10)
+    assert proc.returncode != 0 and "interrupted" in err
+    for _ in range(40):
+        try:
+            os.kill(bench_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the bench survived its driver")
+    assert json.load(open(out / "manifest.json"))["status"] == "interrupted"
