@@ -528,7 +528,12 @@ def analyse(run_dirs, aa_dirs=(), a=None, b=None, decode_col=DEFAULT_DECODE, all
             aa_heads.append(paired(A, B)["headline"])
         if aa_heads:
             floor = max(abs(h - 1.0) for h in aa_heads)
-        verdict, reason = decide(agg, floor)
+        if all(r.mode == "aa" for r in runs):
+            verdict = "A/A run: no decision"
+            reason = "one build under two labels; its largest |headline-1| over runs, %.2f pp, is the noise floor" % (
+                100 * max(abs(h - 1.0) for h in agg["headlines"]))
+        else:
+            verdict, reason = decide(agg, floor)
         out["aa_floor"][name] = {"runs": len(aa_heads), "headlines": aa_heads, "floor": floor}
         out["metrics"][name] = {"column": col, "runs": per_run, "across": agg, "decision": verdict,
                                 "reason": reason, "quote": quotable(agg, name, a_lab, b_lab, prompt)}

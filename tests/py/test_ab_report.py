@@ -401,3 +401,13 @@ def test_position_effect_separated_from_arm_effect(tmp_path):
     assert pe["reps_a_first"] == 2 and pe["reps_b_first"] == 2
     p = report_cli(d)
     assert "running first changes a trial by +5.0%; arm effect B/A 1.2000" in p.stdout
+
+
+def test_aa_run_as_input_makes_no_decision(tmp_path):
+    m = {"status": "complete", "mode": "aa", "arms": [{"label": "main"}, {"label": "pr"}]}
+    ds = [flat_run(tmp_path, "run%d" % i, 1.3, man=m) for i in (1, 2, 3)]
+    aa = flat_run(tmp_path, "aa", 1.001)
+    rep = R.analyse(ds, [aa])
+    assert rep["metrics"]["decode"]["decision"] == "A/A run: no decision"
+    assert "noise floor" in rep["metrics"]["decode"]["reason"]
+    assert any("A/A run(s) among the inputs" in w for w in rep["warnings"])
