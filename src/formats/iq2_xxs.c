@@ -225,6 +225,29 @@ void nf_quant_iq2_xxs(const float *x, void *dst, int64_t nb, const float *qw) {
     }
 }
 
+/* Plain C version: the fallback, and the reference the AVX2 version is tested against. */
+float nf_dot_iq2_xxs_scalar(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++, a += NF_IQ2_XXS_BYTES, b += NF_Q8_K_BYTES) {
+        const uint8_t *qs = a + 2;
+        const int8_t *q8 = (const int8_t *)(b + 4);
+        int32_t bsum = 0;
+        for (int ib = 0; ib < 8; ib++, qs += 8, q8 += 32) {
+            const uint32_t ga = nf_ld32(qs), s = nf_ld32(qs + 4);
+            int8_t g[32], m[32], v[32];      /* grid magnitudes times +-1 sign bytes */
+            for (int l = 0; l < 4; l++) {
+                memcpy(g + 8 * l, &nf_iq2xxs_grid[(ga >> (8 * l)) & 0xFF], 8);
+                memcpy(m + 8 * l, &nf_iq2_signmask[(s >> (7 * l)) & 127], 8);
+            }
+            for (int j = 0; j < 32; j++) v[j] = (int8_t)(g[j] * m[j]);
+            bsum += (int32_t)(2 * (s >> 28) + 1) * nf_sdot_ii(v, q8, 32);
+        }
+        sum += nf_ldh_fast(a) * nf_ldf32(b) * (float)bsum;
+    }
+    return 0.125f * sum;
+}
+
 #if defined(__AVX2__)
 #include <immintrin.h>
 
@@ -264,25 +287,5 @@ float nf_dot_iq2_xxs(int64_t nb, const void *w, const void *x) {
     return 0.125f * sum;
 }
 #else
-float nf_dot_iq2_xxs(int64_t nb, const void *w, const void *x) {
-    const uint8_t *a = w, *b = x;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < nb; i++, a += NF_IQ2_XXS_BYTES, b += NF_Q8_K_BYTES) {
-        const uint8_t *qs = a + 2;
-        const int8_t *q8 = (const int8_t *)(b + 4);
-        int32_t bsum = 0;
-        for (int ib = 0; ib < 8; ib++, qs += 8, q8 += 32) {
-            const uint32_t ga = nf_ld32(qs), s = nf_ld32(qs + 4);
-            int8_t g[32], m[32], v[32];      /* grid magnitudes times +-1 sign bytes */
-            for (int l = 0; l < 4; l++) {
-                memcpy(g + 8 * l, &nf_iq2xxs_grid[(ga >> (8 * l)) & 0xFF], 8);
-                memcpy(m + 8 * l, &nf_iq2_signmask[(s >> (7 * l)) & 127], 8);
-            }
-            for (int j = 0; j < 32; j++) v[j] = (int8_t)(g[j] * m[j]);
-            bsum += (int32_t)(2 * (s >> 28) + 1) * nf_sdot_ii(v, q8, 32);
-        }
-        sum += nf_ldh_fast(a) * nf_ldf32(b) * (float)bsum;
-    }
-    return 0.125f * sum;
-}
+float nf_dot_iq2_xxs(int64_t nb, const void *w, const void *x) { return nf_dot_iq2_xxs_scalar(nb, w, x); }
 #endif

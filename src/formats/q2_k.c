@@ -84,6 +84,30 @@ void nf_quant_q2_k(const float *x, void *dst, int64_t nb, const float *qw) {
     }
 }
 
+/* Plain C version: the fallback, and the reference the AVX2 version is tested against. */
+float nf_dot_q2_k_scalar(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++, a += NF_Q2_K_BYTES, b += NF_Q8_K_BYTES) {
+        const uint8_t *sc = a, *q = a + 16;
+        const int8_t *q8 = (const int8_t *)(b + 4);
+        int16_t bsums[16];
+        memcpy(bsums, b + 4 + NF_QK_K, sizeof bsums);
+        uint8_t aux[NF_QK_K];
+        for (int n = 0; n < 2; n++)
+            for (int k = 0; k < 4; k++)
+                for (int l = 0; l < 32; l++) aux[128 * n + 32 * k + l] = (q[32 * n + l] >> (2 * k)) & 3;
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < 16; j++) {
+            sumi += (int32_t)(sc[j] & 0xF) * nf_sdot_ui(aux + 16 * j, q8 + 16 * j, 16);
+            summ += (int32_t)(sc[j] >> 4) * bsums[j];
+        }
+        const float dy = nf_ldf32(b), d = nf_ldh_fast(a + 80) * dy;
+        sum += d * (float)sumi - nf_ldh_fast(a + 82) * dy * (float)summ;
+    }
+    return sum;
+}
+
 #if defined(__AVX2__)
 float nf_dot_q2_k(int64_t nb, const void *w, const void *x) {
     const uint8_t *a = w, *b = x;
@@ -114,26 +138,5 @@ float nf_dot_q2_k(int64_t nb, const void *w, const void *x) {
     return nf_avx2_hsum_ps(acc) - summins;
 }
 #else
-float nf_dot_q2_k(int64_t nb, const void *w, const void *x) {
-    const uint8_t *a = w, *b = x;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < nb; i++, a += NF_Q2_K_BYTES, b += NF_Q8_K_BYTES) {
-        const uint8_t *sc = a, *q = a + 16;
-        const int8_t *q8 = (const int8_t *)(b + 4);
-        int16_t bsums[16];
-        memcpy(bsums, b + 4 + NF_QK_K, sizeof bsums);
-        uint8_t aux[NF_QK_K];
-        for (int n = 0; n < 2; n++)
-            for (int k = 0; k < 4; k++)
-                for (int l = 0; l < 32; l++) aux[128 * n + 32 * k + l] = (q[32 * n + l] >> (2 * k)) & 3;
-        int32_t sumi = 0, summ = 0;
-        for (int j = 0; j < 16; j++) {
-            sumi += (int32_t)(sc[j] & 0xF) * nf_sdot_ui(aux + 16 * j, q8 + 16 * j, 16);
-            summ += (int32_t)(sc[j] >> 4) * bsums[j];
-        }
-        const float dy = nf_ldf32(b), d = nf_ldh_fast(a + 80) * dy;
-        sum += d * (float)sumi - nf_ldh_fast(a + 82) * dy * (float)summ;
-    }
-    return sum;
-}
+float nf_dot_q2_k(int64_t nb, const void *w, const void *x) { return nf_dot_q2_k_scalar(nb, w, x); }
 #endif

@@ -98,6 +98,34 @@ void nf_quant_q4_k(const float *x, void *dst, int64_t nb, const float *qw) {
     }
 }
 
+/* Plain C version: the fallback, and the reference the AVX2 version is tested against. */
+float nf_dot_q4_k_scalar(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++, a += NF_Q4_K_BYTES, b += NF_Q8_K_BYTES) {
+        const uint8_t *q = a + 16;
+        const int8_t *q8 = (const int8_t *)(b + 4);
+        int16_t bsums[16];
+        memcpy(bsums, b + 4 + NF_QK_K, sizeof bsums);
+        uint8_t aux[NF_QK_K];
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 32; l++) {
+                aux[64 * j + l] = q[32 * j + l] & 0xF;
+                aux[64 * j + 32 + l] = q[32 * j + l] >> 4;
+            }
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            get_scale_min(j, a + 4, &sc, &m);
+            sumi += (int32_t)sc * nf_sdot_ui(aux + 32 * j, q8 + 32 * j, 32);
+            summ += (int32_t)m * (bsums[2 * j] + bsums[2 * j + 1]);
+        }
+        const float dy = nf_ldf32(b), d = nf_ldh_fast(a) * dy;
+        sum += d * (float)sumi - nf_ldh_fast(a + 2) * dy * (float)summ;
+    }
+    return sum;
+}
+
 #if defined(__AVX2__)
 float nf_dot_q4_k(int64_t nb, const void *w, const void *x) {
     const uint8_t *a = w, *b = x;
@@ -130,30 +158,5 @@ float nf_dot_q4_k(int64_t nb, const void *w, const void *x) {
     return nf_avx2_hsum_ps(acc) - summins;
 }
 #else
-float nf_dot_q4_k(int64_t nb, const void *w, const void *x) {
-    const uint8_t *a = w, *b = x;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < nb; i++, a += NF_Q4_K_BYTES, b += NF_Q8_K_BYTES) {
-        const uint8_t *q = a + 16;
-        const int8_t *q8 = (const int8_t *)(b + 4);
-        int16_t bsums[16];
-        memcpy(bsums, b + 4 + NF_QK_K, sizeof bsums);
-        uint8_t aux[NF_QK_K];
-        for (int j = 0; j < 4; j++)
-            for (int l = 0; l < 32; l++) {
-                aux[64 * j + l] = q[32 * j + l] & 0xF;
-                aux[64 * j + 32 + l] = q[32 * j + l] >> 4;
-            }
-        int32_t sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            get_scale_min(j, a + 4, &sc, &m);
-            sumi += (int32_t)sc * nf_sdot_ui(aux + 32 * j, q8 + 32 * j, 32);
-            summ += (int32_t)m * (bsums[2 * j] + bsums[2 * j + 1]);
-        }
-        const float dy = nf_ldf32(b), d = nf_ldh_fast(a) * dy;
-        sum += d * (float)sumi - nf_ldh_fast(a + 2) * dy * (float)summ;
-    }
-    return sum;
-}
+float nf_dot_q4_k(int64_t nb, const void *w, const void *x) { return nf_dot_q4_k_scalar(nb, w, x); }
 #endif

@@ -83,6 +83,32 @@ void nf_quant_q6_k(const float *x, void *dst, int64_t nb, const float *qw) {
     }
 }
 
+/* Plain C version: the fallback, and the reference the AVX2 version is tested against. */
+float nf_dot_q6_k_scalar(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++, a += NF_Q6_K_BYTES, b += NF_Q8_K_BYTES) {
+        const uint8_t *ql = a, *qh = a + 128;
+        const int8_t *sc = (const int8_t *)(a + 192);
+        const int8_t *q8 = (const int8_t *)(b + 4);
+        int8_t aux[NF_QK_K];
+        for (int n = 0; n < 2; n++) {
+            int8_t *o = aux + 128 * n;
+            const uint8_t *l4 = ql + 64 * n, *h2 = qh + 32 * n;
+            for (int l = 0; l < 32; l++) {
+                o[l] = (int8_t)(((l4[l] & 0xF) | ((h2[l] & 3) << 4)) - 32);
+                o[l + 32] = (int8_t)(((l4[l + 32] & 0xF) | (((h2[l] >> 2) & 3) << 4)) - 32);
+                o[l + 64] = (int8_t)(((l4[l] >> 4) | (((h2[l] >> 4) & 3) << 4)) - 32);
+                o[l + 96] = (int8_t)(((l4[l + 32] >> 4) | (((h2[l] >> 6) & 3) << 4)) - 32);
+            }
+        }
+        int32_t sumi = 0;
+        for (int j = 0; j < 16; j++) sumi += (int32_t)sc[j] * nf_sdot_ii(aux + 16 * j, q8 + 16 * j, 16);
+        sum += nf_ldh_fast(a + 208) * nf_ldf32(b) * (float)sumi;
+    }
+    return sum;
+}
+
 #if defined(__AVX2__)
 float nf_dot_q6_k(int64_t nb, const void *w, const void *x) {
     const uint8_t *a = w, *b = x;
@@ -117,28 +143,5 @@ float nf_dot_q6_k(int64_t nb, const void *w, const void *x) {
     return nf_avx2_hsum_ps(acc);
 }
 #else
-float nf_dot_q6_k(int64_t nb, const void *w, const void *x) {
-    const uint8_t *a = w, *b = x;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < nb; i++, a += NF_Q6_K_BYTES, b += NF_Q8_K_BYTES) {
-        const uint8_t *ql = a, *qh = a + 128;
-        const int8_t *sc = (const int8_t *)(a + 192);
-        const int8_t *q8 = (const int8_t *)(b + 4);
-        int8_t aux[NF_QK_K];
-        for (int n = 0; n < 2; n++) {
-            int8_t *o = aux + 128 * n;
-            const uint8_t *l4 = ql + 64 * n, *h2 = qh + 32 * n;
-            for (int l = 0; l < 32; l++) {
-                o[l] = (int8_t)(((l4[l] & 0xF) | ((h2[l] & 3) << 4)) - 32);
-                o[l + 32] = (int8_t)(((l4[l + 32] & 0xF) | (((h2[l] >> 2) & 3) << 4)) - 32);
-                o[l + 64] = (int8_t)(((l4[l] >> 4) | (((h2[l] >> 4) & 3) << 4)) - 32);
-                o[l + 96] = (int8_t)(((l4[l + 32] >> 4) | (((h2[l] >> 6) & 3) << 4)) - 32);
-            }
-        }
-        int32_t sumi = 0;
-        for (int j = 0; j < 16; j++) sumi += (int32_t)sc[j] * nf_sdot_ii(aux + 16 * j, q8 + 16 * j, 16);
-        sum += nf_ldh_fast(a + 208) * nf_ldf32(b) * (float)sumi;
-    }
-    return sum;
-}
+float nf_dot_q6_k(int64_t nb, const void *w, const void *x) { return nf_dot_q6_k_scalar(nb, w, x); }
 #endif

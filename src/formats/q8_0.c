@@ -36,6 +36,17 @@ void nf_quant_q8_0(const float *src, void *dst, int64_t nb) {
     }
 }
 
+/* Plain C version: the fallback, and the reference the AVX2 version is tested against. */
+float nf_dot_q8_0_scalar(int64_t nb, const void *w, const void *x) {
+    const uint8_t *a = w, *b = x;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < nb; i++, a += NF_Q8_0_BYTES, b += NF_Q8_0_BYTES) {
+        const int8_t *qa = (const int8_t *)(a + 2), *qb = (const int8_t *)(b + 2);
+        sum += (float)nf_sdot_ii(qa, qb, NF_QK8_0) * (nf_ldh_fast(a) * nf_ldh_fast(b));
+    }
+    return sum;
+}
+
 #if defined(__AVX2__)
 float nf_dot_q8_0(int64_t nb, const void *w, const void *x) {
     const uint8_t *a = w, *b = x;
@@ -50,13 +61,5 @@ float nf_dot_q8_0(int64_t nb, const void *w, const void *x) {
     return nf_avx2_hsum_ps(acc);
 }
 #else
-float nf_dot_q8_0(int64_t nb, const void *w, const void *x) {
-    const uint8_t *a = w, *b = x;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < nb; i++, a += NF_Q8_0_BYTES, b += NF_Q8_0_BYTES) {
-        const int8_t *qa = (const int8_t *)(a + 2), *qb = (const int8_t *)(b + 2);
-        sum += (float)nf_sdot_ii(qa, qb, NF_QK8_0) * (nf_ldh_fast(a) * nf_ldh_fast(b));
-    }
-    return sum;
-}
+float nf_dot_q8_0(int64_t nb, const void *w, const void *x) { return nf_dot_q8_0_scalar(nb, w, x); }
 #endif

@@ -7,7 +7,8 @@
  * Each family file provides, for a whole number `nb` of blocks:
  *   nf_dequant_<t>(src, dst, nb)            exact ggml dequantization (same float operations, same order)
  *   nf_quant_<t>(src, dst, nb, qw)          reference quantizer; qw = per-element importance or NULL
- *   nf_dot_<t>(nb, w, x)                    dot with the activation format of that type */
+ *   nf_dot_<t>(nb, w, x)                    dot with the activation format of that type (AVX2 where available)
+ *   nf_dot_<t>_scalar(nb, w, x)             the same in plain C (fallback; tests compare the two) */
 #ifndef NF_FORMATS_QUANTS_H
 #define NF_FORMATS_QUANTS_H
 
@@ -109,6 +110,7 @@ extern const uint64_t nf_iq2_signmask[128];
 void nf_dequant_q8_0(const void *src, float *dst, int64_t nb);
 void nf_quant_q8_0(const float *src, void *dst, int64_t nb);
 float nf_dot_q8_0(int64_t nb, const void *w, const void *x);
+float nf_dot_q8_0_scalar(int64_t nb, const void *w, const void *x);
 
 void nf_dequant_q8_k(const void *src, float *dst, int64_t nb);
 void nf_quant_q8_k(const float *src, void *dst, int64_t nb);
@@ -117,17 +119,21 @@ float nf_dot_q8_k(int64_t nb, const void *w, const void *x);
 void nf_dequant_q4_k(const void *src, float *dst, int64_t nb);
 void nf_quant_q4_k(const float *src, void *dst, int64_t nb, const float *qw);
 float nf_dot_q4_k(int64_t nb, const void *w, const void *x);
+float nf_dot_q4_k_scalar(int64_t nb, const void *w, const void *x);
 
 void nf_dequant_q6_k(const void *src, float *dst, int64_t nb);
 void nf_quant_q6_k(const float *src, void *dst, int64_t nb, const float *qw);
 float nf_dot_q6_k(int64_t nb, const void *w, const void *x);
+float nf_dot_q6_k_scalar(int64_t nb, const void *w, const void *x);
 
 void nf_dequant_q2_k(const void *src, float *dst, int64_t nb);
 void nf_quant_q2_k(const float *src, void *dst, int64_t nb, const float *qw);
 float nf_dot_q2_k(int64_t nb, const void *w, const void *x);
+float nf_dot_q2_k_scalar(int64_t nb, const void *w, const void *x);
 
 void nf_dequant_iq2_xxs(const void *src, float *dst, int64_t nb);
 void nf_quant_iq2_xxs(const float *src, void *dst, int64_t nb, const float *qw);
 float nf_dot_iq2_xxs(int64_t nb, const void *w, const void *x);
+float nf_dot_iq2_xxs_scalar(int64_t nb, const void *w, const void *x);
 
 #endif

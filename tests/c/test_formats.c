@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "formats/formats.h"
+#include "formats/quants.h"   /* internal: the plain C dot kernels */
 #include "util/error.h"
 
 static const uint32_t all_types[] = {NF_TYPE_F32, NF_TYPE_F16, NF_TYPE_BF16, NF_TYPE_Q8_0,
@@ -354,6 +355,40 @@ Test(formats, nonfinite_inputs_stay_in_their_block) {
                                 q1 + ti->block_bytes * (ti->block_size == 1 ? 4 : 1),
                                 nf_row_bytes(t, n) - ti->block_bytes * (ti->block_size == 1 ? 4 : 1)), 0,
                          "%s: a non-finite value leaked out of its block", ti->name);
+        }
+    }
+}
+
+Test(formats, simd_dots_match_plain_c) {
+    /* the AVX2 kernels (when built) against the plain C ones, on arbitrary block bytes: every nibble, grid
+     * index, sign pattern and scale code, with the f16 block scales kept finite */
+    struct { uint32_t t; float (*plain)(int64_t, const void *, const void *); int scale_off[2]; } k[] = {
+        {NF_TYPE_Q8_0, nf_dot_q8_0_scalar, {0, -1}},  {NF_TYPE_Q4_K, nf_dot_q4_k_scalar, {0, 2}},
+        {NF_TYPE_Q6_K, nf_dot_q6_k_scalar, {208, -1}}, {NF_TYPE_Q2_K, nf_dot_q2_k_scalar, {80, 82}},
+        {NF_TYPE_IQ2_XXS, nf_dot_iq2_xxs_scalar, {0, -1}},
+    };
+    const int64_t n = 4096;
+    static uint8_t w[4096 * 2], act[4096 * 2];
+    static float x[4096], wd[4096], xd[4096];
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        const nf_type_info *ti = nf_type_get(k[i].t);
+        const int64_t nb = n / ti->block_size;
+        for (int rep = 0; rep < 20; rep++) {
+            for (size_t j = 0; j < nf_row_bytes(k[i].t, n); j++) w[j] = (uint8_t)(urand() * 256);
+            for (int64_t b = 0; b < nb; b++)
+                for (int s = 0; s < 2; s++)
+                    if (k[i].scale_off[s] >= 0) w[b * ti->block_bytes + k[i].scale_off[s] + 1] &= 0x3b;  /* |d| < 1 */
+            for (int64_t j = 0; j < n; j++) x[j] = grand();
+            nf_quantize_activation(k[i].t, x, act, n);
+            const float fast = nf_vec_dot(k[i].t, n, w, act), plain = k[i].plain(nb, w, act);
+            nf_dequantize(k[i].t, w, wd, n);
+            nf_dequantize(nf_vec_dot_type(k[i].t), act, xd, n);
+            double aw = 0, ax = 0;
+            for (int64_t j = 0; j < n; j++) { aw += (double)wd[j] * wd[j]; ax += (double)xd[j] * xd[j]; }
+            const double tol = 1e-5 * sqrt(aw * ax) + 1e-30;
+            cr_assert(fabs((double)fast - plain) <= tol, "%s: simd %g, plain %g", ti->name, fast, plain);
+            cr_assert(fabs(plain - ref_dot(wd, xd, n)) <= tol, "%s: plain %g, exact %g", ti->name, plain,
+                      ref_dot(wd, xd, n));
         }
     }
 }
