@@ -2,7 +2,7 @@
 # install-deps.sh — install what building and testing nextflash needs, only what is missing.
 #
 # Debian packages: a C toolchain, Criterion (C tests), PCRE2 (tokenizer regex), Jansson (JSON), clang +
-# libFuzzer (fuzz targets), pkg-config. Python test tools from PyPI: pytest, numpy, gguf (the cross-check of
+# libFuzzer (fuzz targets), pkg-config, libedit (nf chat line editing). Python test tools from PyPI: pytest, numpy, gguf (the cross-check of
 # our GGUF and quantization code). Torch and transformers are NOT needed: reference outputs are committed.
 set -euo pipefail
 
@@ -14,6 +14,7 @@ command -v clang >/dev/null    || need_apt+=(clang)
 have_pc criterion              || need_apt+=(libcriterion-dev)
 have_pc libpcre2-8             || need_apt+=(libpcre2-dev)
 have_pc jansson                || need_apt+=(libjansson-dev)
+have_pc libedit                || need_apt+=(libedit-dev)   # line editing in `nf chat` (BSD licence)
 # libFuzzer's runtime ships in libclang-rt-<ver>-dev on Debian bookworm.
 if command -v clang >/dev/null; then
   if ! echo 'int LLVMFuzzerTestOneInput(const char*d,unsigned long n){(void)d;(void)n;return 0;}' \

@@ -6,6 +6,8 @@
 #include "util/error.h"
 
 static const nf_command COMMANDS[] = {
+    {"run", nf_cmd_run, "one-shot generation: chat template, streamed answer, speed (-p PROMPT [-m MODEL])"},
+    {"chat", nf_cmd_chat, "interactive chat; the conversation stays in the model state between turns"},
     {"logits", nf_cmd_logits, "teacher-forced logits of every position (-m MODEL --tokens IDS --out OUT.f32)"},
     {"info", nf_cmd_info, "load a model (all tensors checked) and print its summary"},
     {"tokenize", nf_cmd_tokenize, "text -> token ids (-m MODEL.gguf|tokenizer.json)"},

@@ -25,4 +25,8 @@ int nf_cmd_info(int argc, char **argv);
 /* src/app/cmd_logits.c: nf logits -m MODEL --tokens IDS --out OUT.f32 — teacher-forced logits of every position */
 int nf_cmd_logits(int argc, char **argv);
 
+/* src/app/cmd_chat.c: nf run -p PROMPT (one-shot generation), nf chat (interactive, state kept between turns) */
+int nf_cmd_run(int argc, char **argv);
+int nf_cmd_chat(int argc, char **argv);
+
 #endif
