@@ -45,31 +45,32 @@ void nf_dequant_iq2_xxs(const void *src, float *dst, int64_t nb) {
 
 /* ---- grid index structures for the quantizer ---- */
 
-static int32_t *kmap;          /* [65536]: packed levels (2 bits each) -> grid index, or -(1+offset) into kneigh */
+static int32_t kmap[6561];     /* levels as a base-3 number -> grid index, or -(1+offset) into kneigh */
 static uint16_t *kneigh;       /* per off-grid point: count, then that many grid indices */
 static uint8_t glev[256][8];   /* level index (0..2) of each coordinate of each grid point */
+static float gval[256][8];     /* level value (1, 3.125, 5.375) of each coordinate of each grid point */
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static int init_ok;
 
 static void init_tables(void) {
-    kmap = malloc(sizeof(int32_t) << 16);
     size_t cap = 1 << 16, used = 0;
     kneigh = malloc(cap * sizeof(uint16_t));
-    if (!kmap || !kneigh) return;
-    for (int u = 0; u < 1 << 16; u++) kmap[u] = INT32_MIN;          /* never produced: a level of 3 */
+    if (!kneigh) return;
+    for (int p = 0; p < 6561; p++) kmap[p] = -1;
     for (int g = 0; g < 256; g++) {
-        int u = 0;
-        for (int j = 0; j < 8; j++) {
+        int p = 0;
+        for (int j = 7; j >= 0; j--) {
             int v = (int)((nf_iq2xxs_grid[g] >> (8 * j)) & 0xFF);
             glev[g][j] = v == 0x08 ? 0 : v == 0x19 ? 1 : 2;
-            u |= glev[g][j] << (2 * j);
+            gval[g][j] = level_val[glev[g][j]];
+            p = 3 * p + glev[g][j];
         }
-        kmap[u] = g;
+        kmap[p] = g;
     }
     for (int p = 0; p < 6561; p++) {                                 /* every 8-vector of levels 0..2 */
-        int lev[8], t = p, u = 0;
-        for (int j = 0; j < 8; j++) { lev[j] = t % 3; t /= 3; u |= lev[j] << (2 * j); }
-        if (kmap[u] >= 0) continue;
+        int lev[8], t = p;
+        for (int j = 0; j < 8; j++) { lev[j] = t % 3; t /= 3; }
+        if (kmap[p] >= 0) continue;
         float dist[256], d1 = FLT_MAX, d2 = FLT_MAX;
         for (int g = 0; g < 256; g++) {
             float s = 0.0f;
@@ -87,7 +88,7 @@ static void init_tables(void) {
             if (!nk) return;
             kneigh = nk;
         }
-        kmap[u] = -(int32_t)(used + 1);
+        kmap[p] = -(int32_t)(used + 1);
         size_t head = used++;
         for (int g = 0; g < 256; g++)
             if (dist[g] <= d2) kneigh[used++] = (uint16_t)g;
@@ -99,13 +100,12 @@ static void init_tables(void) {
 /* Grid point for the 8 values xv (sign-folded) with weights w at `scale`: nearest levels, then the grid or the
  * best listed neighbour under the weighted squared error. */
 static int pick_point(const float *xv, const float *w, float scale, float id) {
-    int u = 0;
-    for (int j = 0; j < 8; j++) {
+    int p = 0;
+    for (int j = 7; j >= 0; j--) {
         float t = id * xv[j];
-        int l = t < 2.0625f ? 0 : t < 4.25f ? 1 : 2;
-        u |= l << (2 * j);
+        p = 3 * p + (t < 2.0625f ? 0 : t < 4.25f ? 1 : 2);
     }
-    int32_t g = kmap[u];
+    int32_t g = kmap[p];
     if (g >= 0) return g;
     const uint16_t *nl = kneigh + (-(int64_t)g - 1);
     float best = FLT_MAX;
@@ -113,7 +113,7 @@ static int pick_point(const float *xv, const float *w, float scale, float id) {
     for (int k = 1; k <= nl[0]; k++) {
         float s = 0.0f;
         for (int j = 0; j < 8; j++) {
-            float e = scale * level_val[glev[nl[k]][j]] - xv[j];
+            float e = scale * gval[nl[k]][j] - xv[j];
             s += w[j] * e * e;
         }
         if (s < best) { best = s; bi = nl[k]; }
@@ -125,7 +125,7 @@ static void fit(const float *xv, const float *w, const int *pts, float *sumqx, f
     float a = 0.0f, b = 0.0f;
     for (int k = 0; k < 4; k++)
         for (int j = 0; j < 8; j++) {
-            float q = level_val[glev[pts[k]][j]];
+            float q = gval[pts[k]][j];
             a += w[8 * k + j] * xv[8 * k + j] * q;
             b += w[8 * k + j] * q * q;
         }
