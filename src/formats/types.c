@@ -5,6 +5,7 @@
 #include "formats/formats.h"
 
 #include <ctype.h>
+#include <stdint.h>
 #include <string.h>
 
 #define QK_K 256
@@ -62,6 +63,7 @@ int nf_type_from_name(const char *name) {
 size_t nf_row_bytes(uint32_t type, int64_t n) {
     const nf_type_info *ti = nf_type_get(type);
     if (!ti->name || n < 0 || n % ti->block_size) return 0;
+    if ((uint64_t)(n / ti->block_size) > SIZE_MAX / ti->block_bytes) return 0;   /* would overflow */
     return (size_t)(n / ti->block_size) * ti->block_bytes;
 }
 

@@ -45,6 +45,8 @@ Test(formats, type_table_and_row_bytes) {
         cr_assert_eq(nf_row_bytes(facts[i].t, 0), 0);
         if (facts[i].bs > 1) cr_assert_eq(nf_row_bytes(facts[i].t, facts[i].bs + 1), 0);
     }
+    cr_assert_eq(nf_row_bytes(NF_TYPE_F32, INT64_MAX), 0);              /* overflow is refused, not wrapped */
+    cr_assert_eq(nf_row_bytes(NF_TYPE_F32, -4), 0);
     cr_assert_eq(nf_type_from_name("Q4_k"), NF_TYPE_Q4_K);
     cr_assert_eq(nf_type_from_name("IQ2_XXS"), NF_TYPE_IQ2_XXS);
     cr_assert_eq(nf_type_from_name("q4"), -1);
