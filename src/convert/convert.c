@@ -35,6 +35,7 @@
 #include "convert/hf_config.h"
 #include "convert/safetensors.h"
 #include "formats/formats.h"
+#include "formats/quantize_rows.h"
 #include "gguf/gguf.h"
 #include "model/layout.h"
 #include "model/recipe.h"
@@ -488,50 +489,10 @@ static int read_f32(conv_ctx *c, const st_tensor *t, int64_t first, int64_t n, f
     return 0;
 }
 
-/* ---- quantization (row ranges in parallel) ---- */
-
-typedef struct {
-    uint32_t type;
-    const float *src;
-    uint8_t *dst;
-    int64_t row0, rows, row_len;
-    size_t row_bytes;
-    size_t ret;
-} qjob;
-
-static void *qworker(void *arg) {
-    qjob *j = arg;
-    j->ret = j->rows ? nf_quantize(j->type, j->src + j->row0 * j->row_len, j->dst + j->row0 * j->row_bytes,
-                                   j->rows * j->row_len, j->row_len, NULL)
-                     : 1;
-    return NULL;
-}
+/* ---- quantization (row ranges in parallel; shared with nf-quantize) ---- */
 
 static int quantize_rows(conv_ctx *c, uint32_t type, const float *src, uint8_t *dst, int64_t rows, int64_t row_len) {
-    size_t rb = nf_row_bytes(type, row_len);
-    if (!rb) return nf_fail("type %s cannot store rows of %lld", nf_type_get(type)->name, (long long)row_len);
-    int nt = c->n_threads;
-    if ((int64_t)nt > rows) nt = (int)rows;
-    if (rows * row_len < (1 << 16) || nt < 2) nt = 1;
-    qjob jobs[64];
-    if (nt > 64) nt = 64;
-    pthread_t th[64];
-    for (int i = 0; i < nt; i++) {
-        int64_t r0 = rows * i / nt, r1 = rows * (i + 1) / nt;
-        jobs[i] = (qjob){type, src, dst, r0, r1 - r0, row_len, rb, 0};
-    }
-    for (int i = 1; i < nt; i++)
-        if (pthread_create(&th[i], NULL, qworker, &jobs[i]) != 0) {
-            jobs[i].ret = 0;
-            qworker(&jobs[i]);
-            th[i] = 0;
-        }
-    qworker(&jobs[0]);
-    for (int i = 1; i < nt; i++)
-        if (th[i]) pthread_join(th[i], NULL);
-    for (int i = 0; i < nt; i++)
-        if (!jobs[i].ret) return nf_fail("quantization to %s failed", nf_type_get(type)->name);
-    return 0;
+    return nf_quantize_rows(type, src, dst, rows, row_len, c->n_threads);
 }
 
 static int check_finite(const plan_t *p, const float *x, int64_t n) {
