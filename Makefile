@@ -23,6 +23,8 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -pthread -fPIC -Isrc -
 LDLIBS  += -lm -lpthread $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null || echo -lpcre2-8 -ljansson)
 EDIT_LIBS := $(shell pkg-config --libs libedit 2>/dev/null || echo -ledit)
 LDLIBS  += $(EDIT_LIBS)
+MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+LDLIBS  += $(MHD_LIBS)
 NVFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Isrc --compiler-options -Wall,-Wextra -MMD -MP
 
 LIB_SRC   := $(shell find src -name '*.c' -not -path 'src/cuda/*' | sort)
@@ -112,7 +114,7 @@ test-py: $(TOOLS) $(BUILD)/libnf.so
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 $(BUILD)/fuzz/%: fuzz/%.c $(LIB_SRC)
 	@mkdir -p $(@D)
-	clang $(FUZZ_CFLAGS) $< $(LIB_SRC) -o $@ -lm -lpthread $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null) $(EDIT_LIBS)
+	clang $(FUZZ_CFLAGS) $< $(LIB_SRC) -o $@ -lm -lpthread $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null) $(EDIT_LIBS) $(MHD_LIBS)
 
 fuzz: $(FUZZERS)
 

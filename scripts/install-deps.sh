@@ -14,6 +14,7 @@ command -v clang >/dev/null    || need_apt+=(clang)
 have_pc criterion              || need_apt+=(libcriterion-dev)
 have_pc libpcre2-8             || need_apt+=(libpcre2-dev)
 have_pc jansson                || need_apt+=(libjansson-dev)
+have_pc libmicrohttpd          || need_apt+=(libmicrohttpd-dev)
 have_pc libedit                || need_apt+=(libedit-dev)   # line editing in `nf chat` (BSD licence)
 # libFuzzer's runtime ships in libclang-rt-<ver>-dev on Debian bookworm.
 if command -v clang >/dev/null; then

@@ -1,0 +1,105 @@
+/* nf-server — HTTP server for coding agents: Anthropic Messages, OpenAI Chat Completions and Responses over one
+ * model (docs/server.md). Thin: parse flags, make the session, the worker and the HTTP front (src/server/). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/session.h"
+#include "server/http.h"
+#include "server/worker.h"
+#include "util/error.h"
+
+static volatile sig_atomic_t quit;
+static void on_signal(int sig) {
+    (void)sig;
+    if (quit) _exit(130);
+    quit = 1;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: nf-server -m MODEL.gguf [options]\n"
+            "  --host ADDR            listen address (default 127.0.0.1; 0.0.0.0 for all interfaces)\n"
+            "  --port N               port (default 8000; 0 = any free port)\n"
+            "  --api-key KEY          require this key (Authorization: Bearer KEY or x-api-key: KEY); env NF_API_KEY\n"
+            "  --cors                 answer browsers (Access-Control-Allow-Origin: *)\n"
+            "  --ctx N                context length (default min(model context, 4096))\n"
+            "  --threads N            CPU threads (default: all)\n"
+            "  --model-id NAME        the id clients see (default: the model file name without .gguf)\n"
+            "  --strict-models        refuse requests naming another model (default: any name is accepted)\n"
+            "  --max-tokens N         default output budget when a request gives none\n"
+            "  --max-body-mb N        request body limit (default 32)\n"
+            "  --timeout S            idle connection timeout in seconds (default 60)\n"
+            "  --keepalive S          streaming keepalive interval in seconds (default 5)\n"
+            "  --max-connections N    concurrent connections (default 64)\n"
+            "  --checkpoints N        state checkpoints kept for prefix reuse (default 16)\n"
+            "  --allow-forced-output  honour the request field nf_force_output (tests only)\n");
+}
+
+int main(int argc, char **argv) {
+    const char *model = NULL, *model_id = NULL;
+    nf_server_opts so = {.host = "127.0.0.1", .port = 8000, .api_key = getenv("NF_API_KEY")};
+    nf_session_opts sess = nf_session_opts_default();
+    sess.max_checkpoints = 16;
+    nf_worker_opts wo = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool more = i + 1 < argc;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
+        else if (!strcmp(a, "--host") && more) so.host = argv[++i];
+        else if (!strcmp(a, "--port") && more) so.port = atoi(argv[++i]);
+        else if (!strcmp(a, "--api-key") && more) so.api_key = argv[++i];
+        else if (!strcmp(a, "--cors")) so.cors = true;
+        else if (!strcmp(a, "--ctx") && more) sess.n_ctx = atoll(argv[++i]);
+        else if (!strcmp(a, "--threads") && more) sess.n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--model-id") && more) model_id = argv[++i];
+        else if (!strcmp(a, "--strict-models")) so.strict_models = true;
+        else if (!strcmp(a, "--max-tokens") && more) so.default_max_tokens = atoll(argv[++i]);
+        else if (!strcmp(a, "--max-body-mb") && more) so.max_body = (size_t)atoll(argv[++i]) << 20;
+        else if (!strcmp(a, "--timeout") && more) so.timeout_s = atoi(argv[++i]);
+        else if (!strcmp(a, "--keepalive") && more) so.keepalive_s = atof(argv[++i]);
+        else if (!strcmp(a, "--max-connections") && more) so.max_connections = atoi(argv[++i]);
+        else if (!strcmp(a, "--checkpoints") && more) sess.max_checkpoints = atoi(argv[++i]);
+        else if (!strcmp(a, "--allow-forced-output")) wo.allow_forced_output = true;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
+        else { usage(); fprintf(stderr, "nf-server: unknown or incomplete option %s\n", a); return 2; }
+    }
+    if (!model) { usage(); return 2; }
+    if (so.port < 0 || so.port > 65535) { fprintf(stderr, "nf-server: --port out of range\n"); return 2; }
+
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    nf_session *s = nf_session_create(model, &sess);
+    if (!s) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 1; }
+    if (!nf_session_tokenizer(s)) { fprintf(stderr, "nf-server: %s has no tokenizer\n", model); return 1; }
+    char idbuf[256];
+    if (!model_id) {
+        const char *b = strrchr(model, '/');
+        snprintf(idbuf, sizeof idbuf, "%s", b ? b + 1 : model);
+        size_t n = strlen(idbuf);
+        if (n > 5 && !strcmp(idbuf + n - 5, ".gguf")) idbuf[n - 5] = 0;
+        model_id = idbuf;
+    }
+    nf_worker *w = nf_worker_start(s, &wo);
+    if (!w) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 1; }
+    so.model_id = model_id;
+    so.n_ctx = nf_session_n_ctx(s);
+    so.tok = nf_session_tokenizer(s);
+    so.worker = w;
+    nf_server *srv = nf_server_start(&so);
+    if (!srv) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 1; }
+    printf("nf-server: listening on http://%s:%d (model %s, context %lld)\n", so.host, nf_server_port(srv), model_id,
+           (long long)so.n_ctx);
+    fflush(stdout);
+    while (!quit) pause();
+    fprintf(stderr, "nf-server: shutting down\n");
+    nf_server_stop(srv);
+    nf_worker_stop(w);
+    nf_session_free(s);
+    return 0;
+}
