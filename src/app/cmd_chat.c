@@ -54,7 +54,7 @@ static void install_sigint(void) {
 
 typedef struct {
     const char *model, *tokenizer, *prompt, *prompt_file, *system, *effort;
-    bool think, raw;
+    bool think, raw, ignore_stop;
     int64_t max_tokens;
     int threads;
     int64_t ctx;
@@ -84,6 +84,7 @@ static void usage(FILE *f, bool chat) {
                "      --temp T --top-k K --top-p P --min-p M --seed S --repeat-penalty R --repeat-last-n N\n"
                "                        sampling (defaults: temp 1, top-k off, top-p 1, min-p 0.05, seed 0;\n"
                "                        --temp 0 is greedy)\n"
+               "      --ignore-stop     do not stop at stop tokens (benchmarks; -n still applies)\n"
                "  -t, --threads N       CPU threads (default: NF_THREADS or all cores)\n"
                "  -c, --ctx N           context size in tokens (default: min(model context, 4096))\n",
             chat ? 1024 : 256);
@@ -111,6 +112,7 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
         else if (!chat && OPT(NULL, "--raw")) o->raw = true;
         else if (OPT("-n", "--max-tokens")) { NEED(); o->max_tokens = atoll(v); }
         else if (OPT(NULL, "--system")) { NEED(); o->system = v; }
+        else if (OPT(NULL, "--ignore-stop")) o->ignore_stop = true;
         else if (OPT(NULL, "--think")) o->think = true;
         else if (OPT(NULL, "--no-think")) o->think = false;
         else if (OPT(NULL, "--effort")) {
@@ -404,7 +406,7 @@ int nf_cmd_run(int argc, char **argv) {
         rc = 130;
         goto done;
     }
-    nf_gen_opts g = {.max_tokens = o.max_tokens, .cancel = &g_cancel};
+    nf_gen_opts g = {.max_tokens = o.max_tokens, .cancel = &g_cancel, .ignore_stop = o.ignore_stop};
     nf_gen_stats gs;
     if (nf_session_generate(s, &g, on_token, &k, &gs) < 0) goto done;
     sink_finish(&k);
@@ -499,7 +501,7 @@ static void chat_turn(chat *c, const char *text) {
 
     sink k;
     sink_init(&k, false, c->think);
-    nf_gen_opts g = {.max_tokens = c->o->max_tokens, .cancel = &g_cancel};
+    nf_gen_opts g = {.max_tokens = c->o->max_tokens, .cancel = &g_cancel, .ignore_stop = c->o->ignore_stop};
     nf_gen_stats gs;
     r = nf_session_generate(s, &g, on_token, &k, &gs);
     sink_finish(&k);
