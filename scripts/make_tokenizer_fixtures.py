@@ -12,7 +12,8 @@ nf_tokenize_text deliberately does not.
 
 Output: tests/data/tokenizer/corpus.bin.gz, records of
   u32 text_len, text bytes (UTF-8), u32 n_ids, n_ids x u16 ids      (little-endian; vocab < 65536)
-read by tests/py/test_tokenizer.py.
+read by tests/py/test_tokenizer.py; and tests/data/tokenizer/edge_cases.json, short strings on the
+boundaries between the regex engines (found by scripts/check_pretokenizer_unicode.py) with their ids.
 
 usage: scripts/make_tokenizer_fixtures.py [--tokenizer models/tiny/tokenizer.json] [--out ...] [--mb 1.1]
 """
@@ -37,6 +38,15 @@ HAND = [
     "BOM\ufeffinside; private use \ue000\uf8ff; specials \ufff9\ufffc\ufffd; noncharacters \ufdd0 \U0010fffd",
     "Apostrophes: l'homme aujourd'hui rock'n'roll O'Neil y'all ma'am 'twas ’tis ʼokina",
     "URL https://example.com/path?q=1&r=%20x#frag email a.b+c@d.example.org path C:\\Users\\x\\file.txt",
+]
+
+
+EDGE = [
+    "  \u180e  x", "\u180e\u180e  \u180e", "a\u180eb", "x \u180e\n", "it'\u017f", "'\u212a", "'S'T'RE'VE'M'LL'D",
+    "\u00a0\u00a0x", "\u2028\u2029\x85 x", "\x1c\x1d\x1e\x1f  y", "\u200b \u200b", "\u3000\u3000\u3000z",
+    "1234567", "\uff11\uff12\uff13\uff14", "\u0661\u0662\u0663\u0664", "\u2460\u2461\u2462\u2463",
+    "\U0001d7ce\U0001d7cf\U0001d7d0\U0001d7d1", "a\u0301\u0301\u0301b", "\U000e0041\U000e0042 tag",
+    " \n \n", "\r\r\r\n\n", "   \t\t  \n  end", "!!!\n\n", " ?!\r\n",
 ]
 
 
@@ -109,6 +119,11 @@ def main():
             n_bytes += len(b)
             n_ids += len(ids)
     print(f"{a.out}: {len(docs)} documents, {n_bytes} bytes, {n_ids} ids, {os.path.getsize(a.out)} bytes gzip")
+    edge_path = os.path.join(os.path.dirname(a.out), "edge_cases.json")
+    import json
+    with open(edge_path, "w", encoding="utf-8") as f:
+        json.dump([{"text": e, "ids": tok.encode(e, add_special_tokens=False).ids} for e in EDGE], f, ensure_ascii=True)
+    print(f"{edge_path}: {len(EDGE)} strings")
 
 
 if __name__ == "__main__":

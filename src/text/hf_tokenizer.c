@@ -71,7 +71,7 @@ static char *read_text_file(const char *path) {
 
 /* The pre-tokenizer must be the GLM split regex then ByteLevel without its own regex. */
 static int check_pre_tokenizer(json_t *pt, const char *path) {
-    const char *want = nf_pretokenizer_regex("glm4");
+    const char *want = nf_pretokenizer_hf_regex("glm4");
     if (!json_is_object(pt)) return nf_fail("%s: no pre_tokenizer (expected GLM's Split regex + ByteLevel)", path);
     const char *type = json_string_value(json_object_get(pt, "type"));
     if (!type || strcmp(type, "Sequence") != 0)

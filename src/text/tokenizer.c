@@ -17,10 +17,26 @@
 #include "util/error.h"
 
 /* The split regex of GLM-4 / GLM-4.5 / GLM-5 tokenizer.json (a Split pre-tokenizer, behaviour Isolated,
- * followed by ByteLevel with use_regex false); llama.cpp calls this pre-tokenizer "glm4"/"chatglm-bpe". */
+ * followed by ByteLevel with use_regex false); llama.cpp calls this pre-tokenizer "glm4"/"chatglm-bpe":
+ *   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * The library runs it with Oniguruma, whose \s is Unicode White_Space. PCRE2's \s (UCP) is the same set plus
+ * U+180E MONGOLIAN VOWEL SEPARATOR (its \h keeps it), so \s is spelled out as White_Space below; an
+ * exhaustive check over every code point (scripts/check_pretokenizer_unicode.py) found no other difference
+ * for \p{L}, \p{N} and \s. */
+#define WS "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 static const char GLM4_REGEX[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|"
+    "[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+/* The regex as written in tokenizer.json (what hf_tokenizer.c accepts). */
+static const char GLM4_REGEX_HF[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+const char *nf_pretokenizer_hf_regex(const char *pre) {
+    if (!pre) return NULL;
+    if (!strcmp(pre, "glm4") || !strcmp(pre, "chatglm-bpe") || !strcmp(pre, "llama-bpe")) return GLM4_REGEX_HF;
+    return NULL;
+}
 
 const char *nf_pretokenizer_regex(const char *pre) {
     if (!pre) return NULL;

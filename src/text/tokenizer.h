@@ -104,7 +104,9 @@ typedef struct {
 } nf_tokenizer_desc;
 nf_tokenizer *nf_tokenizer_build(const nf_tokenizer_desc *d);
 
-/* The pre-tokenizer regex for a GGUF pre name, NULL if unsupported. */
+/* The pre-tokenizer regex for a GGUF pre name as we run it (PCRE2 syntax, \s spelled out as Oniguruma's
+ * White_Space), and as tokenizer.json writes it; NULL if unsupported. */
 const char *nf_pretokenizer_regex(const char *pre);
+const char *nf_pretokenizer_hf_regex(const char *pre);
 
 #endif

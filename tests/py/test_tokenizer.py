@@ -199,3 +199,13 @@ def test_nf_tokenize_detokenize_commands(corpus):
     assert back == corpus[4][0]
     bad = subprocess.run([nf, "detokenize", "-m", TOKJSON, "99999999"], capture_output=True)
     assert bad.returncode != 0 and b"out of range" in bad.stderr
+
+
+def test_regex_engine_edge_cases(lib):
+    """Strings where PCRE2 and Oniguruma (the library's engine) could disagree, e.g. U+180E."""
+    import json
+    t = load(lib, TOKJSON)
+    cases = json.load(open(os.path.join(ROOT, "tests", "data", "tokenizer", "edge_cases.json"), encoding="utf-8"))
+    for c in cases:
+        assert encode(lib, t, c["text"].encode()) == c["ids"], repr(c["text"])
+    lib.nf_tokenizer_free(t)
