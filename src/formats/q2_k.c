@@ -30,11 +30,83 @@ void nf_dequant_q2_k(const void *src, float *dst, int64_t nb) {
     }
 }
 
+/* Importance-vector path only (ggml's reference method, reproduced exactly by the weights-only path, has no
+ * such step). Two rounds of: move each sub-block's 4-bit scale and min codes by at most one step where that
+ * lowers its weighted error (q re-rounded); then, with codes and q fixed, refit the f16 d and dmin by weighted
+ * least squares and re-round q, keeping that only if the weighted error drops. */
+static double werr(const float *x, const float *w, const uint8_t *sc, float df, float mf, const uint8_t *L) {
+    double e = 0;
+    for (int k = 0; k < NF_QK_K; k++) {
+        const double y = (double)(df * (float)(sc[k / 16] & 0xF)) * L[k] - (double)(mf * (float)(sc[k / 16] >> 4)) - x[k];
+        e += w[k] * y * y;
+    }
+    return e;
+}
+
+static void requant(const float *x, const uint8_t *sc, float df, float mf, uint8_t *L) {
+    for (int j = 0; j < 16; j++) {
+        const float d = df * (float)(sc[j] & 0xF);
+        if (d == 0.0f) continue;
+        const float dm = mf * (float)(sc[j] >> 4);
+        for (int ii = 0; ii < 16; ii++)
+            L[16 * j + ii] = (uint8_t)nf_clampi(nf_nearest_int((x[16 * j + ii] + dm) / d), 0, 3);
+    }
+}
+
+static void refit(const float *x, const float *w, uint8_t *b, uint8_t *L) {
+    uint8_t *sc = b;
+    for (int round = 0; round < 2; round++) {
+        const float df = nf_ldh(b + 80), mf = nf_ldh(b + 82);
+        for (int j = 0; j < 16; j++) {
+            const int s0 = sc[j] & 0xF, m0 = sc[j] >> 4;
+            int bs = s0, bm = m0;
+            double be = -1;
+            uint8_t Lb[16];
+            memcpy(Lb, L + 16 * j, 16);
+            for (int ds = -1; ds <= 1; ds++)
+                for (int dm_ = -1; dm_ <= 1; dm_++) {
+                    const int s = s0 + ds, m = m0 + dm_;
+                    if (s < 0 || s > 15 || m < 0 || m > 15) continue;
+                    const float d = df * (float)s, dm = mf * (float)m;
+                    double e = 0;
+                    uint8_t Lt[16];
+                    for (int l = 0; l < 16; l++) {
+                        const float xv = x[16 * j + l];
+                        Lt[l] = d > 0.0f ? (uint8_t)nf_clampi(nf_nearest_int((xv + dm) / d), 0, 3) : L[16 * j + l];
+                        const double y = (double)d * Lt[l] - dm - xv;
+                        e += w[16 * j + l] * y * y;
+                    }
+                    if (be < 0 || e < be) { be = e; bs = s; bm = m; memcpy(Lb, Lt, 16); }
+                }
+            sc[j] = (uint8_t)(bs | (bm << 4));
+            memcpy(L + 16 * j, Lb, 16);
+        }
+        const double best = werr(x, w, sc, df, mf, L);
+        double saa = 0, sab = 0, sbb = 0, sax = 0, sbx = 0;
+        for (int k = 0; k < NF_QK_K; k++) {
+            const double a = (double)(sc[k / 16] & 0xF) * L[k], bb = sc[k / 16] >> 4, ww = w[k], xx = x[k];
+            saa += ww * a * a; sab += ww * a * bb; sbb += ww * bb * bb; sax += ww * a * xx; sbx += ww * bb * xx;
+        }
+        const double det = saa * sbb - sab * sab;
+        if (!(det > 0)) return;
+        const double d = (sax * sbb - sbx * sab) / det, dm = (sax * sab - sbx * saa) / det;
+        if (!(d > 0) || !(dm >= 0) || d > 65504 || dm > 65504) return;
+        const uint16_t dh = nf_f32_to_f16((float)d), mh = nf_f32_to_f16((float)dm);
+        uint8_t L2[NF_QK_K];
+        memcpy(L2, L, sizeof L2);
+        requant(x, sc, nf_f16_to_f32(dh), nf_f16_to_f32(mh), L2);
+        if (!(werr(x, w, sc, nf_f16_to_f32(dh), nf_f16_to_f32(mh), L2) < best)) return;
+        nf_st16(b + 80, dh);
+        nf_st16(b + 82, mh);
+        memcpy(L, L2, sizeof L2);
+    }
+}
+
 void nf_quant_q2_k(const float *x, void *dst, int64_t nb, const float *qw) {
     uint8_t *b = dst;
     for (int64_t i = 0; i < nb; i++, b += NF_Q2_K_BYTES, x += NF_QK_K, qw = qw ? qw + NF_QK_K : NULL) {
         uint8_t L[NF_QK_K], Laux[16];
-        float weights[16], mins[16], scales[16];
+        float weights[16], mins[16], scales[16], wall[NF_QK_K];
         float sigma2 = 0.0f;
         if (qw) {
             for (int l = 0; l < NF_QK_K; l++) sigma2 += x[l] * x[l];
@@ -45,6 +117,7 @@ void nf_quant_q2_k(const float *x, void *dst, int64_t nb, const float *qw) {
             const float *xs = x + 16 * j;
             if (qw) {
                 for (int l = 0; l < 16; l++) weights[l] = qw[16 * j + l] * sqrtf(sigma2 + xs[l] * xs[l]);
+                memcpy(wall + 16 * j, weights, sizeof weights);
                 scales[j] = nf_make_qkx2_quants(16, 3, xs, weights, L + 16 * j, &mins[j], Laux, -0.9f, 0.05f, 36, 0);
             } else {
                 for (int l = 0; l < 16; l++) weights[l] = fabsf(xs[l]);
@@ -69,14 +142,8 @@ void nf_quant_q2_k(const float *x, void *dst, int64_t nb, const float *qw) {
         }
         nf_st16(b + 80, dh);
         nf_st16(b + 82, mh);
-        const float df = nf_f16_to_f32(dh), mf = nf_f16_to_f32(mh);
-        for (int j = 0; j < 16; j++) {
-            const float d = df * (float)(sc[j] & 0xF);
-            if (d == 0.0f) continue;
-            const float dm = mf * (float)(sc[j] >> 4);
-            for (int ii = 0; ii < 16; ii++)
-                L[16 * j + ii] = (uint8_t)nf_clampi(nf_nearest_int((x[16 * j + ii] + dm) / d), 0, 3);
-        }
+        requant(x, sc, nf_f16_to_f32(dh), nf_f16_to_f32(mh), L);
+        if (qw) refit(x, wall, b, L);
         uint8_t *q = b + 16;
         for (int j = 0; j < NF_QK_K; j += 128, q += 32)
             for (int l = 0; l < 32; l++)

@@ -38,11 +38,110 @@ void nf_dequant_q4_k(const void *src, float *dst, int64_t nb) {
     }
 }
 
+static void set_scale_min(int j, uint8_t *s, int sc, int m) {
+    if (j < 4) {
+        s[j] = (uint8_t)((s[j] & 0xC0) | sc);
+        s[j + 4] = (uint8_t)((s[j + 4] & 0xC0) | m);
+    } else {
+        s[j + 4] = (uint8_t)((sc & 0xF) | ((m & 0xF) << 4));
+        s[j - 4] = (uint8_t)((s[j - 4] & 0x3F) | ((sc >> 4) << 6));
+        s[j] = (uint8_t)((s[j] & 0x3F) | ((m >> 4) << 6));
+    }
+}
+
+/* q from the stored scales: nearest level for each value (sub-blocks with a zero scale keep their L). */
+static void requant(const float *x, const uint8_t *s, float df, float mf, uint8_t *L) {
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        get_scale_min(j, s, &sc, &m);
+        const float d = df * (float)sc;
+        if (d == 0.0f) continue;
+        const float dm = mf * (float)m;
+        for (int l = 0; l < 32; l++)
+            L[32 * j + l] = (uint8_t)nf_clampi(nf_nearest_int((x[32 * j + l] + dm) / d), 0, 15);
+    }
+}
+
+static double werr(const float *x, const float *w, const uint8_t *s, float df, float mf, const uint8_t *L) {
+    double e = 0;
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        get_scale_min(j, s, &sc, &m);
+        for (int l = 0; l < 32; l++) {
+            double y = (double)(df * (float)sc) * L[32 * j + l] - (double)(mf * (float)m) - x[32 * j + l];
+            e += w[32 * j + l] * y * y;
+        }
+    }
+    return e;
+}
+
+/* Importance-vector path only (not part of ggml's reference method, which the weights-only path reproduces
+ * exactly). Two rounds of: move each sub-block's 6-bit scale and min codes by at most one step where that
+ * lowers its weighted error; then, with codes and q fixed, refit the two f16 super-block scales by weighted
+ * least squares (x ~ d*(sc*q) - dmin*m) and re-round q. A step is kept only if the weighted error drops. */
+static void refit(const float *x, const float *w, uint8_t *b, uint8_t *L) {
+    uint8_t *s = b + 4;
+    float df = nf_ldh(b), mf = nf_ldh(b + 2);
+    double best = werr(x, w, s, df, mf, L);
+    for (int round = 0; round < 2; round++) {
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc0, m0;
+            get_scale_min(j, s, &sc0, &m0);
+            int bsc = sc0, bm = m0;
+            double be = -1;
+            uint8_t Lb[32];
+            memcpy(Lb, L + 32 * j, 32);
+            for (int dsc = -1; dsc <= 1; dsc++)
+                for (int dmn = -1; dmn <= 1; dmn++) {
+                    const int sc = sc0 + dsc, m = m0 + dmn;
+                    if (sc < 0 || sc > 63 || m < 0 || m > 63) continue;
+                    const float d = df * (float)sc, dm = mf * (float)m;
+                    double e = 0;
+                    uint8_t Lt[32];
+                    for (int l = 0; l < 32; l++) {
+                        const float xv = x[32 * j + l];
+                        Lt[l] = d > 0.0f ? (uint8_t)nf_clampi(nf_nearest_int((xv + dm) / d), 0, 15) : L[32 * j + l];
+                        const double y = (double)d * Lt[l] - dm - xv;
+                        e += w[32 * j + l] * y * y;
+                    }
+                    if (be < 0 || e < be) { be = e; bsc = sc; bm = m; memcpy(Lb, Lt, 32); }
+                }
+            set_scale_min(j, s, bsc, bm);
+            memcpy(L + 32 * j, Lb, 32);
+        }
+        best = werr(x, w, s, df, mf, L);       /* never above the previous value: each sub-block kept its best */
+        double saa = 0, sab = 0, sbb = 0, sax = 0, sbx = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            get_scale_min(j, s, &sc, &m);
+            for (int l = 0; l < 32; l++) {
+                const double a = (double)sc * L[32 * j + l], bb = m, ww = w[32 * j + l], xx = x[32 * j + l];
+                saa += ww * a * a; sab += ww * a * bb; sbb += ww * bb * bb; sax += ww * a * xx; sbx += ww * bb * xx;
+            }
+        }
+        const double det = saa * sbb - sab * sab;
+        if (!(det > 0)) return;
+        const double d = (sax * sbb - sbx * sab) / det, dm = (sax * sab - sbx * saa) / det;
+        if (!(d > 0) || !(dm >= 0) || d > 65504 || dm > 65504) return;
+        const uint16_t dh = nf_f32_to_f16((float)d), mh = nf_f32_to_f16((float)dm);
+        uint8_t L2[NF_QK_K];
+        memcpy(L2, L, sizeof L2);
+        const float df2 = nf_f16_to_f32(dh), mf2 = nf_f16_to_f32(mh);
+        requant(x, s, df2, mf2, L2);
+        const double e = werr(x, w, s, df2, mf2, L2);
+        if (!(e < best)) return;
+        best = e;
+        nf_st16(b, dh);
+        nf_st16(b + 2, mh);
+        memcpy(L, L2, sizeof L2);
+    }
+}
+
 void nf_quant_q4_k(const float *x, void *dst, int64_t nb, const float *qw) {
     uint8_t *b = dst;
     for (int64_t i = 0; i < nb; i++, b += NF_Q4_K_BYTES, x += NF_QK_K, qw = qw ? qw + NF_QK_K : NULL) {
         uint8_t L[NF_QK_K], Laux[32];
-        float weights[32], mins[8], scales[8];
+        float weights[32], mins[8], scales[8], wall[NF_QK_K];
         float sigma2 = 0.0f;
         if (qw) {
             for (int l = 0; l < NF_QK_K; l++) sigma2 += x[l] * x[l];
@@ -53,6 +152,7 @@ void nf_quant_q4_k(const float *x, void *dst, int64_t nb, const float *qw) {
             const float *xs = x + 32 * j;
             if (qw) {
                 for (int l = 0; l < 32; l++) weights[l] = qw[32 * j + l] * sqrtf(sigma2 + xs[l] * xs[l]);
+                memcpy(wall + 32 * j, weights, sizeof weights);
             } else {
                 float sum_x2 = 0.0f;
                 for (int l = 0; l < 32; l++) sum_x2 += xs[l] * xs[l];
@@ -82,16 +182,8 @@ void nf_quant_q4_k(const float *x, void *dst, int64_t nb, const float *qw) {
         const uint16_t dh = nf_f32_to_f16(max_scale / 63.0f), mh = nf_f32_to_f16(max_min / 63.0f);
         nf_st16(b, dh);
         nf_st16(b + 2, mh);
-        const float df = nf_f16_to_f32(dh), mf = nf_f16_to_f32(mh);
-        for (int j = 0; j < 8; j++) {
-            uint8_t sc, m;
-            get_scale_min(j, s, &sc, &m);
-            const float d = df * (float)sc;
-            if (d == 0.0f) continue;
-            const float dm = mf * (float)m;
-            for (int l = 0; l < 32; l++)
-                L[32 * j + l] = (uint8_t)nf_clampi(nf_nearest_int((x[32 * j + l] + dm) / d), 0, 15);
-        }
+        requant(x, s, nf_f16_to_f32(dh), nf_f16_to_f32(mh), L);
+        if (qw) refit(x, wall, b, L);
         uint8_t *q = b + 16;
         for (int j = 0; j < NF_QK_K; j += 64, q += 32)
             for (int l = 0; l < 32; l++) q[l] = (uint8_t)(L[j + l] | (L[j + l + 32] << 4));

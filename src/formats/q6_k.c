@@ -32,11 +32,79 @@ void nf_dequant_q6_k(const void *src, float *dst, int64_t nb) {
     }
 }
 
+/* Importance-vector path only (ggml's reference method, reproduced exactly by the weights-only path, has no
+ * such step). Two rounds of: move each sub-block's int8 scale code by at most one step where that lowers its
+ * weighted error (q re-rounded); then refit the f16 d by weighted least squares with codes and q fixed,
+ * re-round q, and keep that only if the weighted error drops. */
+static double werr(const float *x, const float *w, const int8_t *sc, float df, const int8_t *L) {
+    double e = 0;
+    for (int k = 0; k < NF_QK_K; k++) {
+        const double y = (double)(df * (float)sc[k / 16]) * (L[k] - 32) - x[k];
+        e += w[k] * y * y;
+    }
+    return e;
+}
+
+static void requant(const float *x, const int8_t *sc, float df, int8_t *L) {
+    for (int j = 0; j < 16; j++) {
+        const float d = df * (float)sc[j];
+        if (d == 0.0f) continue;
+        for (int ii = 0; ii < 16; ii++)
+            L[16 * j + ii] = (int8_t)(nf_clampi(nf_nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
+    }
+}
+
+static void refit(const float *x, const float *w, uint8_t *b, int8_t *L) {
+    int8_t *sc = (int8_t *)(b + 192);
+    for (int round = 0; round < 2; round++) {
+        const float df = nf_ldh(b + 208);
+        for (int j = 0; j < 16; j++) {
+            const int s0 = sc[j];
+            int bs = s0;
+            double be = -1;
+            int8_t Lb[16];
+            memcpy(Lb, L + 16 * j, 16);
+            for (int s = s0 - 1; s <= s0 + 1; s++) {
+                if (s < -128 || s > 127) continue;
+                const float d = df * (float)s;
+                double e = 0;
+                int8_t Lt[16];
+                for (int l = 0; l < 16; l++) {
+                    const float xv = x[16 * j + l];
+                    Lt[l] = d != 0.0f ? (int8_t)(nf_clampi(nf_nearest_int(xv / d), -32, 31) + 32) : L[16 * j + l];
+                    const double y = (double)d * (Lt[l] - 32) - xv;
+                    e += w[16 * j + l] * y * y;
+                }
+                if (be < 0 || e < be) { be = e; bs = s; memcpy(Lb, Lt, 16); }
+            }
+            sc[j] = (int8_t)bs;
+            memcpy(L + 16 * j, Lb, 16);
+        }
+        const double best = werr(x, w, sc, df, L);
+        double saa = 0, sax = 0;
+        for (int k = 0; k < NF_QK_K; k++) {
+            const double a = (double)sc[k / 16] * (L[k] - 32);
+            saa += w[k] * a * a;
+            sax += w[k] * a * x[k];
+        }
+        if (!(saa > 0)) return;
+        const double d = sax / saa;
+        if (!(fabs(d) <= 65504)) return;
+        const uint16_t dh = nf_f32_to_f16((float)d);
+        int8_t L2[NF_QK_K];
+        memcpy(L2, L, sizeof L2);
+        requant(x, sc, nf_f16_to_f32(dh), L2);
+        if (!(werr(x, w, sc, nf_f16_to_f32(dh), L2) < best)) return;
+        nf_st16(b + 208, dh);
+        memcpy(L, L2, sizeof L2);
+    }
+}
+
 void nf_quant_q6_k(const float *x, void *dst, int64_t nb, const float *qw) {
     uint8_t *b = dst;
     for (int64_t i = 0; i < nb; i++, b += NF_Q6_K_BYTES, x += NF_QK_K, qw = qw ? qw + NF_QK_K : NULL) {
         int8_t L[NF_QK_K];
-        float scales[16], weights[16];
+        float scales[16], weights[16], wall[NF_QK_K];
         float sigma2 = 0.0f;
         if (qw) {
             for (int l = 0; l < NF_QK_K; l++) sigma2 += x[l] * x[l];
@@ -45,8 +113,10 @@ void nf_quant_q6_k(const float *x, void *dst, int64_t nb, const float *qw) {
         float max_scale = 0.0f, max_abs_scale = 0.0f;
         for (int ib = 0; ib < 16; ib++) {
             const float *xs = x + 16 * ib;
-            if (qw)
+            if (qw) {
                 for (int l = 0; l < 16; l++) weights[l] = qw[16 * ib + l] * sqrtf(sigma2 + xs[l] * xs[l]);
+                memcpy(wall + 16 * ib, weights, sizeof weights);
+            }
             const float scale = nf_make_qx_quants(16, 32, xs, L + 16 * ib, 1, qw ? weights : NULL);
             scales[ib] = scale;
             if (fabsf(scale) > max_abs_scale) {
@@ -63,13 +133,8 @@ void nf_quant_q6_k(const float *x, void *dst, int64_t nb, const float *qw) {
         nf_st16(b + 208, dh);
         int8_t *sc = (int8_t *)(b + 192);
         for (int ib = 0; ib < 16; ib++) sc[ib] = (int8_t)nf_clampi(nf_nearest_int(iscale * scales[ib]), -128, 127);
-        const float df = nf_f16_to_f32(dh);
-        for (int j = 0; j < 16; j++) {
-            const float d = df * (float)sc[j];
-            if (d == 0.0f) continue;
-            for (int ii = 0; ii < 16; ii++)
-                L[16 * j + ii] = (int8_t)(nf_clampi(nf_nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
-        }
+        requant(x, sc, nf_f16_to_f32(dh), L);
+        if (qw) refit(x, wall, b, L);
         uint8_t *ql = b, *qh = b + 128;
         for (int j = 0; j < NF_QK_K; j += 128, ql += 64, qh += 32) {
             for (int l = 0; l < 32; l++) {
