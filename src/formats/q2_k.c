@@ -6,8 +6,9 @@
  *
  * Reference quantizer (the method of ggml's quantize_row_q2_K_ref): per sub-block an asymmetric fit
  * (nf_make_qkx2_quants, nmax 3, weights |x|, absolute error), 4-bit scales and mins against their maxima, then q
- * recomputed with the rounded values. With an importance vector: weights qw*sqrt(sigma2+x^2), squared error and
- * a finer search (ggml's imatrix path additionally refines the 4-bit scales; we do not). */
+ * recomputed with the rounded values; the bytes equal ggml's (scripts/check_quants_vs_ggml.py). With an
+ * importance vector: weights qw*sqrt(sigma2+x^2), squared error, a finer search, then our own refinement
+ * (refit below). */
 #include "formats/quants.h"
 
 void nf_dequant_q2_k(const void *src, float *dst, int64_t nb) {

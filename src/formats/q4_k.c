@@ -7,8 +7,9 @@
  *
  * Reference quantizer (the method of ggml's quantize_row_q4_K_ref): per sub-block an asymmetric fit
  * (nf_make_qkx2_quants, weights av|x|+|x|), then the 8 scales and 8 mins are each quantized to 6 bits against
- * their maximum, and q is recomputed with the rounded scales. With an importance vector the fit weights are
- * qw*sqrt(sigma2 + x^2) (ggml's weighting; ggml's imatrix path also refines the 6-bit scales, we do not). */
+ * their maximum, and q is recomputed with the rounded scales. Without an importance vector the bytes equal
+ * ggml's (scripts/check_quants_vs_ggml.py). With one, the fit weights are qw*sqrt(sigma2 + x^2) (ggml's
+ * weighting), followed by our own refinement (refit below); bytes then differ from ggml's, error does not rise. */
 #include "formats/quants.h"
 
 static inline void get_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *m) {

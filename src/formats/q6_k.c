@@ -7,7 +7,8 @@
  * Reference quantizer (the method of ggml's quantize_row_q6_K_ref): per sub-block a symmetric fit
  * (nf_make_qx_quants, nmax 32, weights x^2, or qw*sqrt(sigma2+x^2) with an importance vector), then the 16
  * scales are quantized to int8 against the scale of largest magnitude (which maps to -128), d = 1/iscale in
- * f16, and q is recomputed with the rounded scales. */
+ * f16, and q is recomputed with the rounded scales. Without an importance vector the bytes equal ggml's
+ * (scripts/check_quants_vs_ggml.py); with one, our own refinement follows (refit below). */
 #include "formats/quants.h"
 
 void nf_dequant_q6_k(const void *src, float *dst, int64_t nb) {
