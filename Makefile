@@ -68,13 +68,14 @@ $(BUILD)/%: $(BUILD)/tools/%.o $(BUILD)/libnf.a
 # ---- CUDA -------------------------------------------------------------------------------------------
 cuda: $(CUDA_TOOLS) $(BUILD)/cuda/nf-gpu-tests
 
-# GPU tests: tests/gpu/*.c, one binary; `make gpu-test` runs it on a machine with a GPU.
+# GPU tests: tests/gpu/*.c, one binary (main.c calls each file's entry); `make gpu-test` runs it on a machine with a
+# GPU (it converts the fixtures with $(BUILD)/cuda/nf-convert, so it needs the CUDA build of the tools).
 GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
 $(BUILD)/cuda/nf-gpu-tests: $(GPU_TEST_SRC:%.c=$(BUILD)/cuda/%.o) $(BUILD)/cuda/libnf.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
 
-gpu-test: $(BUILD)/cuda/nf-gpu-tests
-	$(BUILD)/cuda/nf-gpu-tests
+gpu-test: cuda
+	NF_BUILD=$(BUILD)/cuda $(BUILD)/cuda/nf-gpu-tests
 
 $(BUILD)/cuda/%.o: %.c
 	@mkdir -p $(@D)

@@ -2,6 +2,7 @@
  * parity interface against the reference (transformers) fixtures.
  *
  *   nf logits -m MODEL.gguf --tokens IDS_FILE --out OUT.f32 [--chunk N] [--topk-indices OUT.i32] [--threads N]
+ *             [--backend cpu|cuda]
  *
  * IDS_FILE holds whitespace-separated token ids. OUT.f32 receives raw little-endian float32 logits,
  * [positions][n_vocab] row-major. --chunk N prefills N tokens per forward call (default: all in one call;
@@ -10,7 +11,8 @@
  * forced tail, else index_topk; MLA layers in layer order; a shared-indexer layer gets the selection it
  * reused), each row: the selected pools' token positions (pools in descending score order when the budget
  * is exceeded, else ascending), then the tail, -1 padded — compare rows as sets, like the fixtures'
- * topk.i32. Timing goes to stderr. */
+ * topk.i32. Timing goes to stderr. --backend cuda (builds with NF_CUDA only: `make cuda`) runs the forward on
+ * the GPU with the state in device memory. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,9 @@
 
 #include "app/commands.h"
 #include "cpu/backend_cpu.h"
+#ifdef NF_CUDA
+#include "cuda/backend_cuda.h"
+#endif
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/state.h"
@@ -25,11 +30,12 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: nf logits -m MODEL.gguf --tokens IDS_FILE --out OUT.f32 [--chunk N] [--topk-indices OUT.i32]"
-               " [--threads N]\n"
+               " [--threads N] [--backend cpu|cuda]\n"
                "\nTeacher-forced logits of every position: raw little-endian float32 [positions][vocab].\n"
                "  --chunk N          tokens per forward call (default: all; 1 = token-by-token decode)\n"
                "  --topk-indices F   int32 [mla_layers][positions][index_topk + kpool - 1]: indexer selections\n"
-               "  --threads N        CPU threads (default: NF_THREADS or all cores)\n");
+               "  --threads N        CPU threads (default: NF_THREADS or all cores)\n"
+               "  --backend B        cpu (default) or cuda (GPU builds only: make cuda)\n");
 }
 
 static int32_t *read_ids(const char *path, int64_t *n) {
@@ -77,7 +83,7 @@ static double now_s(void) {
 }
 
 int nf_cmd_logits(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *out = NULL, *topk = NULL;
+    const char *model = NULL, *tokens = NULL, *out = NULL, *topk = NULL, *backend = "cpu";
     int chunk = 0, threads = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -91,6 +97,7 @@ int nf_cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--topk-indices") && more) topk = argv[++i];
         else if (!strcmp(a, "--chunk") && more) chunk = atoi(argv[++i]);
         else if (!strcmp(a, "--threads") && more) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--backend") && more) backend = argv[++i];
         else {
             fprintf(stderr, "%s logits: unknown or incomplete option '%s'\n", nf_progname, a);
             usage(stderr);
@@ -101,6 +108,17 @@ int nf_cmd_logits(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (strcmp(backend, "cpu") && strcmp(backend, "cuda")) {
+        fprintf(stderr, "%s logits: unknown backend '%s' (cpu or cuda)\n", nf_progname, backend);
+        return 2;
+    }
+#ifndef NF_CUDA
+    if (!strcmp(backend, "cuda")) {
+        fprintf(stderr, "%s: error: this build has no CUDA backend; build with `make cuda` and use build/cuda/nf\n",
+                nf_progname);
+        return 2;
+    }
+#endif
     int64_t n = 0;
     int32_t *ids = read_ids(tokens, &n);
     if (!ids) {
@@ -114,8 +132,13 @@ int nf_cmd_logits(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
-    nf_backend *be = nf_cpu_backend_create(m, threads);
-    nf_state *st = be ? nf_state_create(&m->hp, n) : NULL;
+    nf_backend *be = NULL;
+#ifdef NF_CUDA
+    if (!strcmp(backend, "cuda")) be = nf_backend_cuda_create(m, 0);
+    else
+#endif
+        be = nf_cpu_backend_create(m, threads);
+    nf_state *st = be ? nf_backend_state_create(be, n) : NULL;
     const int64_t V = m->hp.n_vocab;
     float *logits = malloc((size_t)n * V * sizeof(float));
     nf_topk_dump dump = {0}, *dp = NULL;

@@ -61,10 +61,17 @@ struct nf_backend {
     int (*head)(nf_backend *be, const float *X, int T, float *logits);
 
     void (*destroy)(nf_backend *be);
+
+    /* Optional: a fresh sequence state in the backend's memory (a hooked nf_state, state.h). NULL: the
+     * blocks work on a host state (nf_state_create). Use nf_backend_state_create. */
+    nf_state *(*state_create)(nf_backend *be, int64_t cap);
 };
 
 /* Destroy a backend made by any backend's create function (NULL is fine). */
 void nf_backend_free(nf_backend *be);
+
+/* A fresh state for this backend: be->state_create when set, else a host state. NULL on failure. */
+nf_state *nf_backend_state_create(nf_backend *be, int64_t cap);
 
 /* Width of one query's selection row: index_topk + (kpool - 1 when the tail is force-selected). This is
  * HF's top-k row width. */

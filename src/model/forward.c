@@ -13,6 +13,11 @@ void nf_backend_free(nf_backend *be) {
     if (be && be->destroy) be->destroy(be);
 }
 
+nf_state *nf_backend_state_create(nf_backend *be, int64_t cap) {
+    if (be->state_create) return be->state_create(be, cap);
+    return nf_state_create(&be->model->hp, cap);
+}
+
 int nf_topk_width(const nf_hparams *hp) {
     int w = hp->idx_topk;
     if (hp->idx_select_tail && hp->idx_kpool > 1) w += hp->idx_kpool - 1;

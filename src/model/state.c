@@ -51,6 +51,7 @@ oom:
 
 void nf_state_free(nf_state *st) {
     if (!st) return;
+    if (st->hooks) { st->hooks->free(st); return; }
     if (st->L) {
         for (int l = 0; l < st->n_layer; l++) {
             nf_layer_state *L = &st->L[l];
@@ -67,6 +68,7 @@ void nf_state_free(nf_state *st) {
 }
 
 void nf_state_reset(nf_state *st) {
+    if (st->hooks) { st->hooks->reset(st); return; }
     st->pos = 0;
     for (int l = 0; l < st->n_layer; l++) {
         nf_layer_state *L = &st->L[l];
@@ -81,6 +83,7 @@ void nf_state_reset(nf_state *st) {
 }
 
 int nf_state_reserve(nf_state *st, int64_t n) {
+    if (st->hooks) return st->hooks->reserve(st, n);
     if (n <= st->cap) return 0;
     int64_t cap = st->cap;
     while (cap < n) cap *= 2;
@@ -99,6 +102,8 @@ int nf_state_reserve(nf_state *st, int64_t n) {
 }
 
 int nf_state_restore(nf_state *dst, const nf_state *src) {
+    if (dst->hooks) return dst->hooks->restore(dst, src);
+    if (src->hooks) return src->hooks->restore(dst, src);
     if (dst->n_layer != src->n_layer || dst->conv_width != src->conv_width || dst->kv_lora != src->kv_lora ||
         dst->kpool != src->kpool || dst->idx_hd != src->idx_hd || dst->kda_heads != src->kda_heads)
         return nf_fail("state restore: states belong to different models");
@@ -121,6 +126,7 @@ int nf_state_restore(nf_state *dst, const nf_state *src) {
 }
 
 nf_state *nf_state_snapshot(const nf_state *st) {
+    if (st->hooks) return st->hooks->snapshot(st);
     nf_hparams hp;
     memset(&hp, 0, sizeof hp);
     hp.n_layer = st->n_layer;
@@ -148,6 +154,7 @@ static size_t fixed_len(const nf_state *st) {
 }
 
 int nf_state_checkpoint(const nf_state *st, nf_state_ckpt *ck) {
+    if (st->hooks) return st->hooks->checkpoint(st, ck);
     size_t n = fixed_len(st);
     float *d = malloc((n + 1) * sizeof(float));
     if (!d) return nf_fail("state checkpoint: out of memory (%zu bytes)", n * sizeof(float));
@@ -165,10 +172,13 @@ int nf_state_checkpoint(const nf_state *st, nf_state_ckpt *ck) {
     ck->pos = st->pos;
     ck->bytes = n * sizeof(float);
     ck->data = d;
+    ck->hooks = NULL;
     return 0;
 }
 
 int nf_state_rollback(nf_state *st, const nf_state_ckpt *ck) {
+    if (st->hooks) return st->hooks->rollback(st, ck);
+    if (ck->hooks) return nf_fail("state rollback: a device checkpoint cannot roll back a host state");
     if (!ck->data || ck->bytes != fixed_len(st) * sizeof(float))
         return nf_fail("state rollback: checkpoint does not belong to this model");
     if (ck->pos > st->pos)
@@ -190,6 +200,7 @@ int nf_state_rollback(nf_state *st, const nf_state_ckpt *ck) {
 }
 
 void nf_state_ckpt_free(nf_state_ckpt *ck) {
+    if (ck->hooks) { ck->hooks->ckpt_free(ck); return; }
     free(ck->data);
     ck->data = NULL;
     ck->bytes = 0;

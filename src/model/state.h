@@ -40,6 +40,24 @@ typedef struct {
     float *open_gate;       /* [kpool * idx_hd] */
 } nf_layer_state;
 
+struct nf_state;
+struct nf_state_ckpt;
+
+/* A state whose arrays live on a device (backend.h's state_create) carries hooks: every nf_state_* function
+ * below hands a hooked state to its hook. The layout is the same nf_state, but the L[] array pointers (and a
+ * checkpoint's data) are the backend's device pointers; `device` is the backend's own bookkeeping. A host state
+ * has hooks == NULL. nf_state_restore also accepts one host and one hooked state (the hook copies across). */
+typedef struct nf_state_hooks {
+    void (*free)(struct nf_state *st);
+    void (*reset)(struct nf_state *st);
+    int (*reserve)(struct nf_state *st, int64_t n);
+    struct nf_state *(*snapshot)(const struct nf_state *st);
+    int (*restore)(struct nf_state *dst, const struct nf_state *src);
+    int (*checkpoint)(const struct nf_state *st, struct nf_state_ckpt *ck);
+    int (*rollback)(struct nf_state *st, const struct nf_state_ckpt *ck);
+    void (*ckpt_free)(struct nf_state_ckpt *ck);
+} nf_state_hooks;
+
 typedef struct nf_state {
     int n_layer;
     int64_t pos;            /* tokens consumed */
@@ -47,6 +65,8 @@ typedef struct nf_state {
     /* dims copied from the hyperparameters */
     int conv_rows, conv_width, kda_heads, kda_hd, kv_lora, idx_hd, kpool;
     nf_layer_state *L;
+    const nf_state_hooks *hooks;  /* NULL for host memory */
+    void *device;                 /* owned by the hooks' backend */
 } nf_state;
 
 /* Fixed-size part of the state at one position (see the header comment). */
@@ -54,6 +74,7 @@ typedef struct nf_state_ckpt {
     int64_t pos;
     size_t bytes;
     float *data;            /* all fixed-size arrays, concatenated in layer order */
+    const nf_state_hooks *hooks; /* set by a hooked state's checkpoint (data is then device memory) */
 } nf_state_ckpt;
 
 /* A fresh state (pos 0, zero KDA state/conv, empty caches) for the model's hyperparameters. `cap` is the

@@ -5,7 +5,7 @@
  * order of f32 additions, so the bound is relative to sum |w||x| of the row.
  * Speed (a benchmark, not a pass/fail criterion): one 14336x4096 GEMV per format, the llama.cpp shape of
  * docs/benchmarks.md, timed with CUDA events over many launches rotating through weight copies larger than
- * L2, printed as CSV (and written to $NF_GEMV_CSV if set). */
+ * L2, printed as CSV (and written to $NF_GEMV_CSV if set). Entry point nf_gpu_test_gemv (tests/gpu/main.c). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda/cuda_gemv.h"
+#include "gpu_tests.h"
 #include "formats/formats.h"
 #include "util/error.h"
 
@@ -112,13 +113,11 @@ static void bench_type(uint32_t type, FILE *csv) {
     cudaEventDestroy(a); cudaEventDestroy(b);
 }
 
-int main(int argc, char **argv) {
-    nf_progname = "test_gemv";
-    int bench = argc > 1 && !strcmp(argv[1], "--bench");
+int nf_gpu_test_gemv(int bench) {
     if (nf_cuda_gemv_init()) nf_die("%s", nf_error());
     int failed = 0;
     for (size_t i = 0; i < N_TYPES; i++) failed += !check_type(types[i]);
-    printf("%d passed, %d failed\n", (int)N_TYPES - failed, failed);
+    printf("gemv: %d passed, %d failed\n", (int)N_TYPES - failed, failed);
     if (bench) {
         const char *path = getenv("NF_GEMV_CSV");
         FILE *csv = path ? fopen(path, "w") : NULL;
@@ -126,5 +125,5 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < N_TYPES; i++) bench_type(types[i], csv);
         if (csv) fclose(csv);
     }
-    return failed ? 1 : 0;
+    return failed;
 }

@@ -1,0 +1,262 @@
+/* backend_cuda.cu — assembles the CUDA backend (backend_cuda.h): device selection, the one stream, the weight
+ * upload (the whole tensor region of the mapped GGUF copied once; a tensor's device address is its offset in
+ * that region), f32 device copies of small non-f32 vectors, stream-ordered activation memory, the embedding
+ * lookup, the RMSNorm block, the output head and the nf_backend table (blocks from cuda_hc.cu, cuda_kda.cu,
+ * cuda_mla.cu, cuda_indexer.cu, cuda_moe.cu; the device state from cuda_state.cu).
+ *
+ * Synchronisation: blocks only enqueue work on the stream; the forward's to_host (logits, optional selection
+ * dump) is the one point where the host waits. Token ids go through a pinned staging buffer. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.h"
+#include "cuda/backend_cuda.h"
+
+const uint8_t *nf_cuda_dptr(nf_cuda *c, const nf_tensor *t) {
+    if (!t->data) return nullptr;
+    return c->dweights + ((const uint8_t *)t->data - c->hbase);
+}
+
+const float *nf_cuda_vec(nf_cuda *c, const nf_tensor *t) {
+    if (!t->data) {
+        nf_fail("missing tensor %s", t->name ? t->name : "(unnamed)");
+        return nullptr;
+    }
+    if (t->type == NF_TYPE_F32) return (const float *)nf_cuda_dptr(c, t);
+    for (int i = 0; i < c->n_vecs; i++)
+        if (c->vecs[i].key == t->data) return c->vecs[i].val;
+    int64_t n = 1;
+    for (uint32_t d = 0; d < t->n_dims && d < 4; d++) n *= t->ne[d];
+    float *h = (float *)malloc((size_t)n * sizeof(float) + 4);
+    if (!h) {
+        nf_fail("out of memory");
+        return nullptr;
+    }
+    if (nf_dequantize(t->type, t->data, h, n) < 0) {
+        free(h);
+        nf_fail("tensor %s: type %u cannot be read as f32", t->name ? t->name : "?", t->type);
+        return nullptr;
+    }
+    float *d = nullptr;
+    if (cudaMalloc((void **)&d, (size_t)n * sizeof(float) + 4) != cudaSuccess ||
+        cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+        free(h);
+        if (d) cudaFree(d);
+        nf_fail("tensor %s: out of device memory", t->name ? t->name : "?");
+        return nullptr;
+    }
+    free(h);
+    if (c->n_vecs == c->cap_vecs) {
+        int cap = c->cap_vecs ? 2 * c->cap_vecs : 64;
+        nf_cuda_vec_entry *nv = (nf_cuda_vec_entry *)realloc(c->vecs, (size_t)cap * sizeof *nv);
+        if (!nv) {
+            cudaFree(d);
+            nf_fail("out of memory");
+            return nullptr;
+        }
+        c->vecs = nv;
+        c->cap_vecs = cap;
+    }
+    c->vecs[c->n_vecs].key = t->data;
+    c->vecs[c->n_vecs].val = d;
+    c->n_vecs++;
+    return d;
+}
+
+/* ---- activation memory ---- */
+static void *cu_alloc(nf_backend *be, size_t bytes) {
+    void *p = nullptr;
+    if (cudaMallocAsync(&p, bytes ? bytes : 1, nf_cuda_of(be)->stream) != cudaSuccess) return nullptr;
+    return p;
+}
+static void cu_release(nf_backend *be, void *p) {
+    if (p) cudaFreeAsync(p, nf_cuda_of(be)->stream);
+}
+static int cu_to_host(nf_backend *be, void *dst, const void *src, size_t bytes) {
+    nf_cuda *c = nf_cuda_of(be);
+    NF_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    NF_CU(cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
+static int cu_embed(nf_backend *be, const int32_t *tokens, int T, float *X) {
+    nf_cuda *c = nf_cuda_of(be);
+    if (T <= 0) return 0;
+    if (c->tok_ev_pending) NF_CU(cudaEventSynchronize(c->tok_ev)); /* the last copy has read the staging buffer */
+    c->tok_ev_pending = 0;
+    if ((size_t)T > c->tok_cap) {
+        if (c->tok_host) cudaFreeHost(c->tok_host);
+        c->tok_host = nullptr;
+        size_t cap = c->tok_cap ? c->tok_cap : 256;
+        while (cap < (size_t)T) cap *= 2;
+        NF_CU(cudaMallocHost((void **)&c->tok_host, cap * sizeof(int32_t)));
+        c->tok_cap = cap;
+    }
+    memcpy(c->tok_host, tokens, (size_t)T * sizeof(int32_t));
+    nf_cuda_scratch sc(c);
+    int32_t *dtok = sc.get<int32_t>((size_t)T);
+    if (!dtok) return nf_fail("cuda embed: out of device memory");
+    NF_CU(cudaMemcpyAsync(dtok, c->tok_host, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream));
+    NF_CU(cudaEventRecord(c->tok_ev, c->stream));
+    c->tok_ev_pending = 1;
+    nf_cuda_mat e = nf_cuda_mat_of(c, &c->m->token_embd);
+    return nf_cuda_embed_rows(c, &e, dtok, T, c->m->hp.hc_count, X);
+}
+
+static int cu_rmsnorm(nf_backend *be, const nf_tensor *w, const float *x, int T, float *out) {
+    nf_cuda *c = nf_cuda_of(be);
+    const float *wv = nf_cuda_vec(c, w);
+    if (!wv) return -1;
+    const int64_t n = w->ne[0];
+    return nf_cuda_rmsnorm_rows(c, x, n, T, n, c->m->hp.rms_eps, wv, out, n);
+}
+
+/* z[t][i] = mean over streams of X[t][s][i] */
+__global__ void stream_mean_kernel(const float *X, int T, int hc, int n, float *z) {
+    const int64_t total = (int64_t)T * n;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int t = (int)(idx / n), i = (int)(idx % n);
+        const float *x = X + (size_t)t * hc * n;
+        float s = 0.0f;
+        for (int k = 0; k < hc; k++) s = __fadd_rn(s, x[(size_t)k * n + i]);
+        z[idx] = __fdiv_rn(s, (float)hc);
+    }
+}
+
+static int cu_head(nf_backend *be, const float *X, int T, float *logits) {
+    nf_cuda *c = nf_cuda_of(be);
+    const nf_hparams *hp = &c->m->hp;
+    const int n = hp->n_embd, hc = hp->hc_count;
+    const float *wn = nf_cuda_vec(c, &c->m->output_norm);
+    if (!wn) return -1;
+    nf_cuda_scratch sc(c);
+    float *z = sc.get<float>((size_t)T * n);
+    if (!z) return nf_fail("cuda head: out of device memory");
+    int64_t blocks = ((int64_t)T * n + 255) / 256;
+    stream_mean_kernel<<<(unsigned)(blocks > 65535 ? 65535 : blocks), 256, 0, c->stream>>>(X, T, hc, n, z);
+    NF_LAUNCHED();
+    if (nf_cuda_rmsnorm_rows(c, z, n, T, n, hp->rms_eps, wn, z, n) < 0) return -1;
+    nf_cuda_mat w = nf_cuda_mat_of(c, &c->m->output);
+    return nf_cuda_matmul(c, &w, z, T, n, logits, hp->n_vocab);
+}
+
+static void cu_destroy(nf_backend *be) {
+    if (!be) return;
+    nf_cuda *c = (nf_cuda *)be->impl;
+    if (c) {
+        if (c->stream) cudaStreamSynchronize(c->stream);
+        for (int i = 0; i < c->n_vecs; i++) cudaFree(c->vecs[i].val);
+        free(c->vecs);
+        if (c->dweights) cudaFree(c->dweights);
+        if (c->tok_host) cudaFreeHost(c->tok_host);
+        if (c->tok_ev) cudaEventDestroy(c->tok_ev);
+        if (c->stream) cudaStreamDestroy(c->stream);
+        free(c);
+    }
+    free(be);
+}
+
+static int check_types(const nf_model *m) {
+    const size_t per = sizeof(nf_layer) / sizeof(nf_tensor);
+    static_assert(sizeof(nf_layer) % sizeof(nf_tensor) == 0, "nf_layer holds only nf_tensor fields");
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const nf_tensor *ts = (const nf_tensor *)&m->layers[l];
+        for (size_t i = 0; i < per; i++)
+            if (ts[i].data && !nf_cuda_mat_supported(ts[i].type))
+                return nf_fail("cuda backend: tensor %s has type %s, which has no GPU kernel", ts[i].name ? ts[i].name : "?",
+                               nf_type_get(ts[i].type)->name ? nf_type_get(ts[i].type)->name : "?");
+    }
+    const nf_tensor *g[] = {&m->token_embd, &m->output_norm, &m->output};
+    for (int i = 0; i < 3; i++)
+        if (g[i]->data && !nf_cuda_mat_supported(g[i]->type))
+            return nf_fail("cuda backend: tensor %s type unsupported", g[i]->name ? g[i]->name : "?");
+    return 0;
+}
+
+static int upload(nf_cuda *c) {
+    const gguf_file *f = c->m->file;
+    const uint8_t *lo = nullptr, *hi = nullptr;
+    for (int64_t i = 0; i < gguf_tensor_count(f); i++) {
+        const gguf_tensor *t = gguf_tensor_at(f, i);
+        const uint8_t *p = (const uint8_t *)t->data;
+        if (!p) continue;
+        if (!lo || p < lo) lo = p;
+        if (!hi || p + t->size > hi) hi = p + t->size;
+    }
+    if (!lo) return nf_fail("cuda backend: the model has no tensor data");
+    c->hbase = lo;
+    c->hsize = (size_t)(hi - lo);
+    NF_CU(cudaMalloc((void **)&c->dweights, c->hsize));
+    /* in pieces, so a mapped multi-GB file streams through the staging path */
+    const size_t piece = (size_t)1 << 28;
+    for (size_t off = 0; off < c->hsize; off += piece) {
+        size_t n = c->hsize - off < piece ? c->hsize - off : piece;
+        NF_CU(cudaMemcpy(c->dweights + off, lo + off, n, cudaMemcpyHostToDevice));
+    }
+    return 0;
+}
+
+extern "C" nf_backend *nf_backend_cuda_create(const nf_model *m, int device) {
+    const nf_hparams *hp = &m->hp;
+    if (hp->hc_count < 1 || hp->hc_count > 16) {
+        nf_fail("cuda backend: hc_count %d unsupported", hp->hc_count);
+        return nullptr;
+    }
+    if (check_types(m) < 0) return nullptr;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        nf_fail("cuda backend: no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return nullptr;
+    }
+    if (device < 0) device = 0;
+    if (device >= count) {
+        nf_fail("cuda backend: device %d does not exist (%d found)", device, count);
+        return nullptr;
+    }
+    nf_backend *be = (nf_backend *)calloc(1, sizeof *be);
+    nf_cuda *c = (nf_cuda *)calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        nf_fail("cuda backend: out of memory");
+        return nullptr;
+    }
+    c->m = m;
+    c->device = device;
+    be->impl = c;
+    be->model = m;
+    be->name = "cuda";
+    be->destroy = cu_destroy;
+    cudaMemPool_t pool;
+    uint64_t thr = UINT64_MAX;
+    if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->tok_ev, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaDeviceGetDefaultMemPool(&pool, device)) != cudaSuccess ||
+        (e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr)) != cudaSuccess) {
+        nf_fail("cuda backend: %s", cudaGetErrorString(e));
+        cu_destroy(be);
+        return nullptr;
+    }
+    if (nf_cuda_formats_init() < 0 || upload(c) < 0) {
+        cu_destroy(be);
+        return nullptr;
+    }
+    be->alloc = cu_alloc;
+    be->release = cu_release;
+    be->to_host = cu_to_host;
+    be->embed = cu_embed;
+    be->hc_pre = nf_cuda_hc_pre;
+    be->hc_post = nf_cuda_hc_post;
+    be->rmsnorm = cu_rmsnorm;
+    be->kda_block = nf_cuda_kda_block;
+    be->mla_project = nf_cuda_mla_project;
+    be->indexer_select = nf_cuda_indexer_select;
+    be->mla_attend = nf_cuda_mla_attend;
+    be->dense_mlp = nf_cuda_dense_mlp;
+    be->moe_block = nf_cuda_moe_block;
+    be->head = cu_head;
+    be->state_create = nf_cuda_state_create;
+    return be;
+}

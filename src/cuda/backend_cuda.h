@@ -1,0 +1,26 @@
+/* backend_cuda.h — the CUDA backend (Hopper, sm_90a): the nf_backend block table of model/backend.h run on
+ * one GPU, with the weights uploaded once at creation (in their stored formats) and the sequence state in
+ * device memory (nf_backend_state_create gives a hooked nf_state whose arrays are device pointers; snapshot,
+ * restore, checkpoint and rollback run on the GPU).
+ *
+ * Activations handed out by alloc are device memory (stream-ordered allocations, so a forward call never
+ * synchronises with the host until to_host copies the logits back). Every block is tested against the CPU
+ * reference backend (tests/gpu/test_backend.c). */
+#ifndef NF_CUDA_BACKEND_CUDA_H
+#define NF_CUDA_BACKEND_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "model/backend.h"
+
+/* Backend on CUDA device `device` (< 0: device 0). Uploads every tensor of the model. NULL on failure
+ * (nf_error(): no device, out of device memory, a tensor type without a GPU kernel...). */
+nf_backend *nf_backend_cuda_create(const nf_model *m, int device);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,143 @@
+/* cuda_internal.h — internals shared by the CUDA backend's files (C++, not a public header).
+ *
+ * nf_cuda is the backend's private state: the model, the one stream every kernel runs on, the device copy of
+ * the model's tensor data (uploaded once: a tensor's device address is its offset inside the mapped file's
+ * tensor region), f32 device copies of small non-f32 vectors, and a pinned staging buffer for token ids.
+ * Each block lives in its own file (cuda_hc.cu, cuda_kda.cu, cuda_mla.cu, cuda_indexer.cu, cuda_moe.cu);
+ * cuda_matmul.cu decodes the stored formats (matrix products, activation quantization, row dequantization);
+ * cuda_norm.cu holds the row-wise helpers; cuda_state.cu the device sequence state.
+ *
+ * Numerics follow the CPU reference (src/cpu) operation by operation so that the two backends can be
+ * compared tightly: reductions of squares in double, quantized matrices dotted against activations quantized
+ * exactly as the CPU does (Q8_0 / Q8_K, bit-identical quantization), integer sums per block, and the same
+ * orders of accumulation where the CPU's order is sequential (KDA recurrence, attention sums, expert sums). */
+#ifndef NF_CUDA_INTERNAL_H
+#define NF_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "formats/formats.h"
+#include "model/backend.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/state.h"
+#include "util/error.h"
+}
+
+struct nf_cuda_vec_entry {
+    const void *key;
+    float *val;
+};
+
+struct nf_cuda {
+    const nf_model *m;
+    int device;
+    cudaStream_t stream;
+    uint8_t *dweights;          /* device copy of [hbase, hbase + hsize) */
+    const uint8_t *hbase;
+    size_t hsize;
+    nf_cuda_vec_entry *vecs;          /* f32 copies of non-f32 small tensors (linear list: few entries) */
+    int n_vecs, cap_vecs;
+    int32_t *tok_host;          /* pinned staging for token ids */
+    size_t tok_cap;
+    cudaEvent_t tok_ev;
+    int tok_ev_pending;
+};
+
+static inline nf_cuda *nf_cuda_of(nf_backend *be) { return (nf_cuda *)be->impl; }
+
+#define NF_CU(call)                                                                                          \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess) return nf_fail("cuda: %s (%s:%d)", cudaGetErrorString(e_), __FILE__, __LINE__); \
+    } while (0)
+/* after a kernel launch */
+#define NF_LAUNCHED() NF_CU(cudaGetLastError())
+
+/* Stream-ordered temporary device memory of one block call, freed (stream-ordered) when it goes out of scope. */
+struct nf_cuda_scratch {
+    nf_cuda *c;
+    void *p[24];
+    int n;
+    explicit nf_cuda_scratch(nf_cuda *cc) : c(cc), n(0) {}
+    template <class T> T *get(size_t count) {
+        void *q = nullptr;
+        if (n == 24 || cudaMallocAsync(&q, count * sizeof(T) + 64, c->stream) != cudaSuccess) return nullptr;
+        p[n++] = q;
+        return (T *)q;
+    }
+    ~nf_cuda_scratch() {
+        for (int i = 0; i < n; i++) cudaFreeAsync(p[i], c->stream);
+    }
+};
+
+/* ---- tensors (backend_cuda.cu) ---- */
+/* Device address of a tensor's data (NULL for an absent tensor). */
+const uint8_t *nf_cuda_dptr(nf_cuda *c, const nf_tensor *t);
+/* Device f32 values of a small tensor (any type; converted once). NULL with nf_fail when absent. */
+const float *nf_cuda_vec(nf_cuda *c, const nf_tensor *t);
+
+/* ---- matrices (cuda_matmul.cu) ---- */
+struct nf_cuda_mat {
+    const uint8_t *w;       /* device */
+    uint32_t type;
+    int64_t n;              /* values per row */
+    int64_t rows;
+    size_t row_bytes;
+    size_t slice_bytes;     /* bytes between the matrices of a 3-D tensor */
+};
+nf_cuda_mat nf_cuda_mat_of(nf_cuda *c, const nf_tensor *t);
+
+int nf_cuda_formats_init(void);
+int nf_cuda_mat_supported(uint32_t type);
+/* General product: for each vector v < nvec,
+ *   y[v*ldy + r] = W_s[r,:] . x[(v/xdiv)*ldx + :],   s = ids ? ids[v] : v % smod   (r < rows)
+ * where W_s is matrix s of a 3-D tensor. Quantized weights dot against the activation rows quantized as the
+ * CPU does (nf_vec_dot_type); float weights dot in f32. All pointers are device pointers. */
+int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t ldx, int xdiv, int smod,
+                      const int32_t *ids, float *y, int64_t ldy, int nvec);
+/* y[t*ldy + r] = W[r,:] . x[t*ldx + :] for t < T */
+static inline int nf_cuda_matmul(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float *y,
+                                 int64_t ldy) {
+    return nf_cuda_matmul_ex(c, w, x, ldx, 1, 1, nullptr, y, ldy, T);
+}
+/* X[t][s][:] = row tokens[t] of W (dequantized) for every stream s < copies; tokens on the device. */
+int nf_cuda_embed_rows(nf_cuda *c, const nf_cuda_mat *w, const int32_t *tokens, int T, int copies, float *X);
+
+/* ---- row helpers (cuda_norm.cu) ---- */
+/* out[r] = RMSNorm(x[r]) * w (w may be NULL), rows of n with strides ldx / ldo; may be in place */
+int nf_cuda_rmsnorm_rows(nf_cuda *c, const float *x, int64_t ldx, int rows, int64_t n, float eps, const float *w,
+                         float *out, int64_t ldo);
+int nf_cuda_layernorm_rows(nf_cuda *c, const float *x, int rows, int64_t n, float eps, const float *w,
+                           const float *b, float *out);
+/* y = silu(min(g, lim)) * clamp(u, -lim, lim) elementwise (lim <= 0: no clamp); y may alias g */
+int nf_cuda_swiglu(nf_cuda *c, const float *g, const float *u, int64_t n, float limit, float *y);
+/* x[i] = sigmoid(x[i]) (optionally times scale first: x = scale * x then nothing else) */
+int nf_cuda_sigmoid(nf_cuda *c, float *x, int64_t n);
+int nf_cuda_scale(nf_cuda *c, float *x, int64_t n, float s);
+
+/* ---- device helpers shared by kernels ---- */
+__device__ __forceinline__ float nf_d_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float nf_d_silu(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float nf_d_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* ---- blocks ---- */
+int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix);
+int nf_cuda_hc_post(nf_backend *be, float *X, const float *y, const float *mix, int T);
+int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y);
+int nf_cuda_mla_project(nf_backend *be, int il, nf_state *st, const float *x, int T, float *qr, float *q);
+int nf_cuda_mla_attend(nf_backend *be, int il, nf_state *st, const float *q, const int32_t *sel, int T, float *y);
+int nf_cuda_indexer_select(nf_backend *be, int il, nf_state *st, const float *x, const float *qr, int T,
+                           int32_t *sel);
+int nf_cuda_dense_mlp(nf_backend *be, int il, const float *x, int T, float *y);
+int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y);
+
+/* ---- state (cuda_state.cu) ---- */
+nf_state *nf_cuda_state_create(nf_backend *be, int64_t cap);
+/* The state must be this backend's device state: checks and returns 0, or -1 with nf_fail. */
+int nf_cuda_state_check(const nf_state *st);
+
+#endif

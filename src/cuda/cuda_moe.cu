@@ -1,0 +1,120 @@
+/* cuda_moe.cu — the feed-forward blocks on the GPU: dense SwiGLU MLP and the MoE (the CPU reference and the
+ * rules: src/cpu/moe.c).
+ *
+ * The router (sigmoid scores, biased choice, top-k with ties to the lower expert index, normalised and scaled
+ * weights) runs on the device, so the chosen experts never travel to the host: the expert products are one
+ * launch each for gate, up and down over all (token, slot) pairs, each reading its expert id from device
+ * memory. The weighted expert outputs of a token are summed in ascending expert order, then the shared expert
+ * is added, as the CPU does, so the sum does not depend on the slot order. */
+#include "cuda/cuda_internal.h"
+
+static unsigned blocks_for(int64_t n) {
+    int64_t b = (n + 255) / 256;
+    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+static int mlp(nf_cuda *c, const nf_tensor *tg, const nf_tensor *tu, const nf_tensor *td, const float *x, int T,
+               float limit, float *y) {
+    nf_cuda_mat g = nf_cuda_mat_of(c, tg), u = nf_cuda_mat_of(c, tu), d = nf_cuda_mat_of(c, td);
+    const int64_t n = g.n, I = g.rows;
+    nf_cuda_scratch sc(c);
+    float *a = sc.get<float>((size_t)T * I), *b = sc.get<float>((size_t)T * I);
+    if (!a || !b) return nf_fail("cuda mlp: out of device memory");
+    if (nf_cuda_matmul(c, &g, x, T, n, a, I) < 0 || nf_cuda_matmul(c, &u, x, T, n, b, I) < 0) return -1;
+    if (nf_cuda_swiglu(c, a, b, (int64_t)T * I, limit, a) < 0) return -1;
+    return nf_cuda_matmul(c, &d, a, T, I, y, d.rows);
+}
+
+int nf_cuda_dense_mlp(nf_backend *be, int il, const float *x, int T, float *y) {
+    nf_cuda *c = nf_cuda_of(be);
+    const nf_layer *L = &c->m->layers[il];
+    return mlp(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, x, T, c->m->hp.swiglu_limit, y);
+}
+
+/* block = token: scores, top-k by rank counting, weights */
+__global__ void router_kernel(const float *logit, const float *bias, int E, int k, int norm, float scale,
+                              int32_t *expert_of, float *weight_of) {
+    extern __shared__ float sh[];
+    float *s = sh, *choice = sh + E;
+    const int t = blockIdx.x;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        const float v = nf_d_sigmoid(logit[(size_t)t * E + e]);
+        s[e] = v;
+        choice[e] = __fadd_rn(v, bias ? bias[e] : 0.0f);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int rank = 0;
+        for (int o = 0; o < E && rank < k; o++)
+            rank += choice[o] > choice[e] || (choice[o] == choice[e] && o < e);
+        if (rank < k) expert_of[(size_t)t * k + rank] = e;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int32_t *sel = expert_of + (size_t)t * k;
+        float sum = 0.0f;
+        for (int i = 0; i < k; i++) sum = __fadd_rn(sum, s[sel[i]]);
+        for (int i = 0; i < k; i++) {
+            float w = s[sel[i]];
+            if (norm) w = __fdiv_rn(w, __fadd_rn(sum, 1e-20f));
+            weight_of[(size_t)t * k + i] = __fmul_rn(w, scale);
+        }
+    }
+}
+
+/* y[t][i] = sum over slots in ascending expert order of w * out (+ shared[t][i]) */
+__global__ void moe_combine_kernel(const float *out, const int32_t *expert_of, const float *weight_of,
+                                   const float *shared, int T, int k, int n, float *y) {
+    const int64_t total = (int64_t)T * n;
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int t = (int)(idx / n), i = (int)(idx % n);
+        const int32_t *ex = expert_of + (size_t)t * k;
+        float acc = 0.0f;
+        int last = -1;
+        for (int r = 0; r < k; r++) {
+            int best = -1;
+            for (int j = 0; j < k; j++)
+                if (ex[j] > last && (best < 0 || ex[j] < ex[best])) best = j;
+            if (best < 0) break;
+            last = ex[best];
+            acc = __fadd_rn(acc, __fmul_rn(out[((size_t)t * k + best) * n + i], weight_of[(size_t)t * k + best]));
+        }
+        if (shared) acc = __fadd_rn(acc, shared[idx]);
+        y[idx] = acc;
+    }
+}
+
+int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
+    nf_cuda *c = nf_cuda_of(be);
+    const nf_hparams *hp = &c->m->hp;
+    const nf_layer *L = &c->m->layers[il];
+    const int n = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
+    const float *bias = L->router_bias.data ? nf_cuda_vec(c, &L->router_bias) : nullptr;
+    if (L->router_bias.data && !bias) return nf_fail_prefix("layer %d router bias", il);
+    nf_cuda_mat r = nf_cuda_mat_of(c, &L->router), g = nf_cuda_mat_of(c, &L->gate_exps),
+                u = nf_cuda_mat_of(c, &L->up_exps), d = nf_cuda_mat_of(c, &L->down_exps);
+    const int64_t I = g.rows;
+    const int has_shared = hp->n_expert_shared > 0 && L->gate_shexp.data;
+    nf_cuda_scratch sc(c);
+    float *logit = sc.get<float>((size_t)T * E), *weight_of = sc.get<float>((size_t)T * k),
+          *a = sc.get<float>((size_t)T * k * I), *b = sc.get<float>((size_t)T * k * I),
+          *out = sc.get<float>((size_t)T * k * n), *shared = has_shared ? sc.get<float>((size_t)T * n) : nullptr;
+    int32_t *expert_of = sc.get<int32_t>((size_t)T * k);
+    if (!logit || !weight_of || !a || !b || !out || !expert_of || (has_shared && !shared))
+        return nf_fail("cuda moe: out of device memory");
+    if (nf_cuda_matmul(c, &r, x, T, n, logit, E) < 0) return -1;
+    router_kernel<<<T, 256, 2 * E * sizeof(float), c->stream>>>(logit, bias, E, k, hp->expert_weights_norm,
+                                                                 hp->expert_weights_scale, expert_of, weight_of);
+    NF_LAUNCHED();
+    if (nf_cuda_matmul_ex(c, &g, x, n, k, 1, expert_of, a, I, T * k) < 0 ||
+        nf_cuda_matmul_ex(c, &u, x, n, k, 1, expert_of, b, I, T * k) < 0)
+        return -1;
+    if (nf_cuda_swiglu(c, a, b, (int64_t)T * k * I, hp->swiglu_limit, a) < 0) return -1;
+    if (nf_cuda_matmul_ex(c, &d, a, I, 1, 1, expert_of, out, n, T * k) < 0) return -1;
+    if (has_shared && mlp(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared) < 0)
+        return -1;
+    moe_combine_kernel<<<blocks_for((int64_t)T * n), 256, 0, c->stream>>>(out, expert_of, weight_of, shared, T, k, n, y);
+    NF_LAUNCHED();
+    return 0;
+}

@@ -1,0 +1,267 @@
+/* cuda_state.cu — the sequence state in GPU memory: a hooked nf_state (model/state.h) whose per-layer arrays
+ * (KDA conv windows and fp32 recurrent states, MLA latent caches, indexer pooled keys and open-pool rows) are
+ * device allocations with the same layout as the host state. Growth, reset, snapshot/restore and
+ * checkpoint/rollback are stream-ordered device copies on the backend's stream, so they need no host
+ * synchronisation; nf_state_restore between a device and a host state copies across (and waits for the copy),
+ * which is how tests compare a GPU state with the CPU's.
+ *
+ * A device state belongs to the backend that made it and must be freed before the backend is destroyed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/cuda_internal.h"
+
+struct cuda_state_dev {
+    cudaStream_t stream;
+};
+
+static size_t conv_len(const nf_state *st) { return (size_t)st->conv_rows * (size_t)st->conv_width; }
+static size_t s_len(const nf_state *st) { return (size_t)st->kda_heads * st->kda_hd * st->kda_hd; }
+static size_t open_len(const nf_state *st) { return (size_t)st->kpool * st->idx_hd; }
+static int64_t pool_cap(const nf_state *st, int64_t cap) { return cap / st->kpool + 1; }
+static size_t fixed_len(const nf_state *st) {
+    size_t n = 0;
+    for (int l = 0; l < st->n_layer; l++)
+        n += st->L[l].kind == NF_LAYER_KDA ? conv_len(st) + s_len(st) : 2 * open_len(st);
+    return n;
+}
+static cudaStream_t stream_of(const nf_state *st) { return ((const cuda_state_dev *)st->device)->stream; }
+
+static float *dalloc(cudaStream_t s, size_t n) {
+    void *p = nullptr;
+    if (cudaMallocAsync(&p, n * sizeof(float) + 16, s) != cudaSuccess) return nullptr;
+    return (float *)p;
+}
+static void dfree(cudaStream_t s, void *p) {
+    if (p) cudaFreeAsync(p, s);
+}
+
+static void h_free(nf_state *st);
+static void h_reset(nf_state *st);
+static int h_reserve(nf_state *st, int64_t n);
+static nf_state *h_snapshot(const nf_state *st);
+static int h_restore(nf_state *dst, const nf_state *src);
+static int h_checkpoint(const nf_state *st, nf_state_ckpt *ck);
+static int h_rollback(nf_state *st, const nf_state_ckpt *ck);
+static void h_ckpt_free(nf_state_ckpt *ck);
+
+static const nf_state_hooks cuda_hooks = {h_free, h_reset, h_reserve, h_snapshot, h_restore, h_checkpoint,
+                                          h_rollback, h_ckpt_free};
+
+int nf_cuda_state_check(const nf_state *st) {
+    if (!st || st->hooks != &cuda_hooks)
+        return nf_fail("cuda backend: the state is not a CUDA device state (create it with nf_backend_state_create)");
+    return 0;
+}
+
+/* A zeroed device state with the dims of `like` (dims + layer kinds). */
+static nf_state *create_like(const nf_state *like, cudaStream_t s, int64_t cap) {
+    if (cap < 16) cap = 16;
+    nf_state *st = (nf_state *)calloc(1, sizeof *st);
+    cuda_state_dev *dev = (cuda_state_dev *)calloc(1, sizeof *dev);
+    if (!st || !dev) {
+        free(st);
+        free(dev);
+        nf_fail("cuda state: out of memory");
+        return nullptr;
+    }
+    *st = *like;
+    st->pos = 0;
+    st->cap = cap;
+    st->hooks = &cuda_hooks;
+    st->device = dev;
+    dev->stream = s;
+    st->L = (nf_layer_state *)calloc((size_t)st->n_layer, sizeof *st->L);
+    if (!st->L) {
+        free(dev);
+        free(st);
+        nf_fail("cuda state: out of memory");
+        return nullptr;
+    }
+    int ok = 1;
+    for (int l = 0; l < st->n_layer; l++) {
+        nf_layer_state *L = &st->L[l];
+        L->kind = like->L[l].kind;
+        if (L->kind == NF_LAYER_KDA) {
+            L->conv = dalloc(s, conv_len(st) + 1);
+            L->S = dalloc(s, s_len(st));
+            ok &= L->conv && L->S;
+        } else {
+            L->latent = dalloc(s, (size_t)cap * st->kv_lora);
+            L->pool_key = dalloc(s, (size_t)pool_cap(st, cap) * st->idx_hd);
+            L->open_key = dalloc(s, open_len(st));
+            L->open_gate = dalloc(s, open_len(st));
+            ok &= L->latent && L->pool_key && L->open_key && L->open_gate;
+        }
+    }
+    if (!ok) {
+        h_free(st);
+        nf_fail("cuda state: out of device memory (capacity %lld tokens)", (long long)cap);
+        return nullptr;
+    }
+    h_reset(st);
+    return st;
+}
+
+nf_state *nf_cuda_state_create(nf_backend *be, int64_t cap) {
+    nf_cuda *c = nf_cuda_of(be);
+    /* a host state of the model gives the dims and layer kinds (its arrays are tiny at capacity 16) */
+    nf_state *like = nf_state_create(&c->m->hp, 16);
+    if (!like) return nullptr;
+    nf_state *st = create_like(like, c->stream, cap);
+    nf_state_free(like);
+    return st;
+}
+
+static void h_free(nf_state *st) {
+    cudaStream_t s = stream_of(st);
+    if (st->L) {
+        for (int l = 0; l < st->n_layer; l++) {
+            nf_layer_state *L = &st->L[l];
+            dfree(s, L->conv);
+            dfree(s, L->S);
+            dfree(s, L->latent);
+            dfree(s, L->pool_key);
+            dfree(s, L->open_key);
+            dfree(s, L->open_gate);
+        }
+        free(st->L);
+    }
+    free(st->device);
+    free(st);
+}
+
+static void h_reset(nf_state *st) {
+    cudaStream_t s = stream_of(st);
+    st->pos = 0;
+    for (int l = 0; l < st->n_layer; l++) {
+        nf_layer_state *L = &st->L[l];
+        if (L->kind == NF_LAYER_KDA) {
+            cudaMemsetAsync(L->conv, 0, (conv_len(st) + 1) * sizeof(float), s);
+            cudaMemsetAsync(L->S, 0, s_len(st) * sizeof(float), s);
+        } else {
+            cudaMemsetAsync(L->open_key, 0, open_len(st) * sizeof(float), s);
+            cudaMemsetAsync(L->open_gate, 0, open_len(st) * sizeof(float), s);
+        }
+    }
+}
+
+static int h_reserve(nf_state *st, int64_t n) {
+    if (n <= st->cap) return 0;
+    cudaStream_t s = stream_of(st);
+    int64_t cap = st->cap;
+    while (cap < n) cap *= 2;
+    for (int l = 0; l < st->n_layer; l++) {
+        nf_layer_state *L = &st->L[l];
+        if (L->kind != NF_LAYER_MLA) continue;
+        float *lat = dalloc(s, (size_t)cap * st->kv_lora);
+        float *pk = dalloc(s, (size_t)pool_cap(st, cap) * st->idx_hd);
+        if (!lat || !pk) {
+            dfree(s, lat);
+            dfree(s, pk);
+            return nf_fail("cuda state: out of device memory growing the caches to %lld tokens", (long long)cap);
+        }
+        NF_CU(cudaMemcpyAsync(lat, L->latent, (size_t)st->pos * st->kv_lora * sizeof(float), cudaMemcpyDeviceToDevice, s));
+        NF_CU(cudaMemcpyAsync(pk, L->pool_key, (size_t)(st->pos / st->kpool) * st->idx_hd * sizeof(float),
+                              cudaMemcpyDeviceToDevice, s));
+        dfree(s, L->latent);
+        dfree(s, L->pool_key);
+        L->latent = lat;
+        L->pool_key = pk;
+    }
+    st->cap = cap;
+    return 0;
+}
+
+static int h_restore(nf_state *dst, const nf_state *src) {
+    if (dst->n_layer != src->n_layer || dst->conv_width != src->conv_width || dst->kv_lora != src->kv_lora ||
+        dst->kpool != src->kpool || dst->idx_hd != src->idx_hd || dst->kda_heads != src->kda_heads ||
+        dst->kda_hd != src->kda_hd || dst->conv_rows != src->conv_rows)
+        return nf_fail("state restore: states belong to different models");
+    const nf_state *dev = dst->hooks == &cuda_hooks ? dst : src;
+    cudaStream_t s = stream_of(dev);
+    const int crosses = dst->hooks != src->hooks;
+    if (nf_state_reserve(dst, src->pos) < 0) return -1;
+    const size_t f = sizeof(float);
+    for (int l = 0; l < src->n_layer; l++) {
+        const nf_layer_state *S = &src->L[l];
+        nf_layer_state *D = &dst->L[l];
+        if (S->kind != D->kind) return nf_fail("state restore: layer %d kinds differ", l);
+        if (S->kind == NF_LAYER_KDA) {
+            NF_CU(cudaMemcpyAsync(D->conv, S->conv, conv_len(src) * f, cudaMemcpyDefault, s));
+            NF_CU(cudaMemcpyAsync(D->S, S->S, s_len(src) * f, cudaMemcpyDefault, s));
+        } else {
+            NF_CU(cudaMemcpyAsync(D->latent, S->latent, (size_t)src->pos * src->kv_lora * f, cudaMemcpyDefault, s));
+            NF_CU(cudaMemcpyAsync(D->pool_key, S->pool_key, (size_t)(src->pos / src->kpool) * src->idx_hd * f,
+                                  cudaMemcpyDefault, s));
+            NF_CU(cudaMemcpyAsync(D->open_key, S->open_key, open_len(src) * f, cudaMemcpyDefault, s));
+            NF_CU(cudaMemcpyAsync(D->open_gate, S->open_gate, open_len(src) * f, cudaMemcpyDefault, s));
+        }
+    }
+    if (crosses) NF_CU(cudaStreamSynchronize(s));
+    dst->pos = src->pos;
+    return 0;
+}
+
+static nf_state *h_snapshot(const nf_state *st) {
+    nf_state *c = create_like(st, stream_of(st), st->pos > 16 ? st->pos : 16);
+    if (!c) return nullptr;
+    if (h_restore(c, st) < 0) {
+        h_free(c);
+        return nullptr;
+    }
+    return c;
+}
+
+static int h_checkpoint(const nf_state *st, nf_state_ckpt *ck) {
+    cudaStream_t s = stream_of(st);
+    const size_t n = fixed_len(st), f = sizeof(float);
+    float *d = nullptr;
+    NF_CU(cudaMalloc((void **)&d, (n + 1) * f));
+    float *p = d;
+    for (int l = 0; l < st->n_layer; l++) {
+        const nf_layer_state *L = &st->L[l];
+        if (L->kind == NF_LAYER_KDA) {
+            NF_CU(cudaMemcpyAsync(p, L->conv, conv_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += conv_len(st);
+            NF_CU(cudaMemcpyAsync(p, L->S, s_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += s_len(st);
+        } else {
+            NF_CU(cudaMemcpyAsync(p, L->open_key, open_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += open_len(st);
+            NF_CU(cudaMemcpyAsync(p, L->open_gate, open_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += open_len(st);
+        }
+    }
+    ck->pos = st->pos;
+    ck->bytes = n * f;
+    ck->data = d;
+    ck->hooks = &cuda_hooks;
+    return 0;
+}
+
+static int h_rollback(nf_state *st, const nf_state_ckpt *ck) {
+    if (ck->hooks != &cuda_hooks || !ck->data || ck->bytes != fixed_len(st) * sizeof(float))
+        return nf_fail("state rollback: checkpoint does not belong to this model's device state");
+    if (ck->pos > st->pos)
+        return nf_fail("state rollback: checkpoint at %lld is ahead of the state (%lld)", (long long)ck->pos,
+                       (long long)st->pos);
+    cudaStream_t s = stream_of(st);
+    const size_t f = sizeof(float);
+    const float *p = ck->data;
+    for (int l = 0; l < st->n_layer; l++) {
+        nf_layer_state *L = &st->L[l];
+        if (L->kind == NF_LAYER_KDA) {
+            NF_CU(cudaMemcpyAsync(L->conv, p, conv_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += conv_len(st);
+            NF_CU(cudaMemcpyAsync(L->S, p, s_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += s_len(st);
+        } else {
+            NF_CU(cudaMemcpyAsync(L->open_key, p, open_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += open_len(st);
+            NF_CU(cudaMemcpyAsync(L->open_gate, p, open_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += open_len(st);
+        }
+    }
+    st->pos = ck->pos;
+    return 0;
+}
+
+static void h_ckpt_free(nf_state_ckpt *ck) {
+    if (ck->data) cudaFree(ck->data);
+    ck->data = nullptr;
+    ck->bytes = 0;
+    ck->hooks = nullptr;
+}

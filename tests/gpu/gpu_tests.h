@@ -1,0 +1,13 @@
+/* gpu_tests.h — entry points of the GPU test files, all run by tests/gpu/main.c (build/cuda/nf-gpu-tests).
+ * Each returns the number of failed checks (0 = all passed) and prints one line per check. */
+#ifndef NF_TESTS_GPU_TESTS_H
+#define NF_TESTS_GPU_TESTS_H
+
+/* test_gemv.c: baseline GEMV vs the CPU formats code; bench != 0 adds the bandwidth table. */
+int nf_gpu_test_gemv(int bench);
+
+/* test_backend.c: the CUDA backend vs the CPU backend on every fixture and recipe. quick != 0 runs a small
+ * subset (for compute-sanitizer). */
+int nf_gpu_test_backend(int quick);
+
+#endif

@@ -1,0 +1,638 @@
+/* test_backend.c — the CUDA backend against the CPU reference backend (entry nf_gpu_test_backend, run by
+ * `make gpu-test`).
+ *
+ * Models: the four HF fixtures (tests/data/fixtures/{base,shared,kpool16,nondefault}) converted with nf-convert,
+ * and nf-synth's `tiny` preset (n_embd 256, so the q4/q2 recipes really store Q4_K / Q2_K / IQ2_XXS: the
+ * fixtures' 64-wide rows fall back to Q8_0/BF16), each in the f32, bf16, q8, q4 and q2 recipes. Per model:
+ *
+ *  1. blocks: a "pair" backend runs every block of one prefill on both backends from IDENTICAL inputs (the CPU's
+ *     outputs, and its state, are copied to the GPU before each block) and records the largest relative error
+ *     of each block's outputs and state updates (max |gpu - cpu| / max |cpu| over the buffer); selections are
+ *     compared row by row as sets. This isolates each kernel's error from error propagation.
+ *  2. end to end: one-shot prefill logits, GPU vs CPU, per position max |gpu - cpu| / max |cpu|, against the
+ *     recipe's tolerance (see tol_of); indexer selections as sets.
+ *  3. GPU self-consistency: chunked prefill (chunk 5) and token-by-token decode give logits bit-identical to the
+ *     one-shot prefill (every GPU kernel computes a token's values in the same order whatever T is).
+ *  4. greedy: 64 greedy steps after an 8-token prompt on each backend; the token sequences must be identical.
+ *  5. state: snapshot/restore and checkpoint/rollback on the device reproduce a 16-token continuation
+ *     bit-identically; a device state restored into a fresh device state and a device state copied to a HOST
+ *     state continue the sequence (the latter on the CPU backend, within the logit tolerance).
+ *
+ * Tolerances (relative to the largest |logit| of the position):
+ *  - f32, bf16: both backends compute in f32 from the same stored weights (bf16 widens exactly); they differ
+ *    only in the order of f32 additions (~n * 2^-24 relative per dot, n <= a few hundred here) and in expf
+ *    ulps, amplified through 8 layers: 1e-4 leaves a 100x margin over the ~1e-6 expected.
+ *  - q8, q4, q2: the GPU quantizes activations exactly like the CPU (bit-identical Q8_0/Q8_K) and sums each
+ *    block's integer products exactly, but an activation that differs by one f32 rounding can land on the other
+ *    side of a quantization boundary and move by one step (1/127 of its block's largest value): ~1e-3 of one
+ *    product, diluted by the other terms. 1e-2 allows for a few such flips per forward. A flipped discrete
+ *    choice (router top-k, indexer top-k) on these random-init models with near-tied margins would exceed
+ *    any tolerance; such positions are reported with the position's argmax agreement. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cpu/backend_cpu.h"
+#include "cuda/backend_cuda.h"
+#include "gpu_tests.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "model/state.h"
+#include "util/error.h"
+
+static int n_failed;
+#define CHECK(cond, ...)                                                                                     \
+    do {                                                                                                     \
+        if (!(cond)) {                                                                                       \
+            n_failed++;                                                                                      \
+            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                                                    \
+            printf(__VA_ARGS__);                                                                             \
+            printf("\n");                                                                                    \
+        }                                                                                                    \
+    } while (0)
+
+static double tol_of(const char *recipe) {
+    return !strcmp(recipe, "f32") || !strcmp(recipe, "bf16") ? 1e-4 : 1e-2;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+/* pair backend: each block on both backends from the CPU's inputs                                         */
+
+enum { B_EMBED, B_HC_PRE, B_HC_POST, B_RMSNORM, B_KDA, B_KDA_STATE, B_MLA_PROJ, B_LATENT, B_INDEXER_STATE, B_MLA_ATT,
+       B_DENSE, B_MOE, B_HEAD, B_COUNT };
+static const char *block_names[B_COUNT] = {"embed", "hc_pre", "hc_post", "rmsnorm", "kda", "kda_state", "mla_proj",
+                                           "latent", "idx_state", "mla_att", "dense", "moe", "head"};
+
+typedef struct {
+    void *h, *d;
+    size_t bytes;
+} pair_buf;
+
+typedef struct {
+    nf_backend *cpu, *gpu;
+    nf_state *gst;
+    pair_buf bufs[32];
+    int nbufs;
+    double err[B_COUNT];
+    int calls[B_COUNT];
+    long sel_rows, sel_bad;
+    int cuda_error;
+} pair_ctx;
+
+static pair_ctx *ctx_of(nf_backend *be) { return (pair_ctx *)be->impl; }
+
+static void *dev_of(pair_ctx *P, const void *h) {
+    for (int i = 0; i < P->nbufs; i++) {
+        const char *b = P->bufs[i].h;
+        if ((const char *)h >= b && (const char *)h < b + P->bufs[i].bytes)
+            return (char *)P->bufs[i].d + ((const char *)h - b);
+    }
+    nf_die("pair backend: pointer %p is not a pair buffer", h);
+}
+
+static void cu_check(pair_ctx *P, cudaError_t e, const char *what) {
+    if (e != cudaSuccess) {
+        if (!P->cuda_error) printf("  CUDA error in %s: %s\n", what, cudaGetErrorString(e));
+        P->cuda_error = 1;
+    }
+}
+
+static void up(pair_ctx *P, const void *h, size_t bytes) {
+    cu_check(P, cudaDeviceSynchronize(), "sync before upload");
+    cu_check(P, cudaMemcpy(dev_of(P, h), h, bytes, cudaMemcpyHostToDevice), "upload");
+}
+
+static double rel_err(const float *g, const float *c, size_t n) {
+    double mx = 0, md = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = fabs((double)c[i]), d = fabs((double)g[i] - (double)c[i]);
+        if (a > mx) mx = a;
+        if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+    }
+    return md / (mx > 0 ? mx : 1e-30);
+}
+
+/* compare n floats at device address d with the host values h */
+static void cmp_dev(pair_ctx *P, int kind, const void *d, const float *h, size_t n) {
+    if (n == 0) return;
+    float *g = nf_xmalloc(n * sizeof(float));
+    cu_check(P, cudaDeviceSynchronize(), "sync before download");
+    cu_check(P, cudaMemcpy(g, d, n * sizeof(float), cudaMemcpyDeviceToHost), "download");
+    double e = rel_err(g, h, n);
+    if (!(e <= P->err[kind])) P->err[kind] = isnan(e) ? INFINITY : e;
+    free(g);
+}
+static void cmp(pair_ctx *P, int kind, const float *h, size_t n) {
+    cmp_dev(P, kind, dev_of(P, h), h, n);
+    P->calls[kind]++;
+}
+
+/* Copy the host state (authoritative) to the GPU state, caches up to pos + T included. */
+static void sync_state(pair_ctx *P, const nf_state *st, int T) {
+    nf_state *g = P->gst;
+    if (nf_state_reserve(g, st->pos + T) < 0) nf_die("%s", nf_error());
+    cu_check(P, cudaDeviceSynchronize(), "sync state");
+    const size_t f = sizeof(float);
+    for (int l = 0; l < st->n_layer; l++) {
+        const nf_layer_state *S = &st->L[l];
+        nf_layer_state *D = &g->L[l];
+        if (S->kind == NF_LAYER_KDA) {
+            cu_check(P, cudaMemcpy(D->conv, S->conv, (size_t)st->conv_rows * st->conv_width * f, cudaMemcpyHostToDevice), "state");
+            cu_check(P, cudaMemcpy(D->S, S->S, (size_t)st->kda_heads * st->kda_hd * st->kda_hd * f, cudaMemcpyHostToDevice), "state");
+        } else {
+            cu_check(P, cudaMemcpy(D->latent, S->latent, (size_t)(st->pos + T) * st->kv_lora * f, cudaMemcpyHostToDevice), "state");
+            cu_check(P, cudaMemcpy(D->pool_key, S->pool_key, (size_t)((st->pos + T) / st->kpool) * st->idx_hd * f,
+                                   cudaMemcpyHostToDevice), "state");
+            cu_check(P, cudaMemcpy(D->open_key, S->open_key, (size_t)st->kpool * st->idx_hd * f, cudaMemcpyHostToDevice), "state");
+            cu_check(P, cudaMemcpy(D->open_gate, S->open_gate, (size_t)st->kpool * st->idx_hd * f, cudaMemcpyHostToDevice), "state");
+        }
+    }
+    g->pos = st->pos;
+}
+
+static void *p_alloc(nf_backend *be, size_t bytes) {
+    pair_ctx *P = ctx_of(be);
+    if (P->nbufs == 32) return NULL;
+    void *h = calloc(1, bytes ? bytes : 1);
+    void *d = P->gpu->alloc(P->gpu, bytes);
+    if (!h || !d) {
+        free(h);
+        if (d) P->gpu->release(P->gpu, d);
+        return NULL;
+    }
+    P->bufs[P->nbufs++] = (pair_buf){h, d, bytes ? bytes : 1};
+    return h;
+}
+static void p_release(nf_backend *be, void *p) {
+    pair_ctx *P = ctx_of(be);
+    for (int i = 0; i < P->nbufs; i++)
+        if (P->bufs[i].h == p) {
+            P->gpu->release(P->gpu, P->bufs[i].d);
+            free(p);
+            P->bufs[i] = P->bufs[--P->nbufs];
+            return;
+        }
+}
+static int p_to_host(nf_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+#define HP (&P->cpu->model->hp)
+
+static int p_embed(nf_backend *be, const int32_t *tokens, int T, float *X) {
+    pair_ctx *P = ctx_of(be);
+    if (P->gpu->embed(P->gpu, tokens, T, dev_of(P, X)) < 0 || P->cpu->embed(P->cpu, tokens, T, X) < 0) return -1;
+    cmp(P, B_EMBED, X, (size_t)T * HP->hc_count * HP->n_embd);
+    return 0;
+}
+static int p_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix) {
+    pair_ctx *P = ctx_of(be);
+    const int hc = HP->hc_count, n = HP->n_embd;
+    up(P, X, (size_t)T * hc * n * sizeof(float));
+    if (P->gpu->hc_pre(P->gpu, il, site, dev_of(P, X), T, dev_of(P, h), dev_of(P, mix)) < 0) return -1;
+    if (P->cpu->hc_pre(P->cpu, il, site, X, T, h, mix) < 0) return -1;
+    cmp(P, B_HC_PRE, h, (size_t)T * n);
+    cmp(P, B_HC_PRE, mix, (size_t)T * (hc + hc * hc));
+    return 0;
+}
+static int p_hc_post(nf_backend *be, float *X, const float *y, const float *mix, int T) {
+    pair_ctx *P = ctx_of(be);
+    const int hc = HP->hc_count, n = HP->n_embd;
+    up(P, X, (size_t)T * hc * n * sizeof(float));
+    up(P, y, (size_t)T * n * sizeof(float));
+    up(P, mix, (size_t)T * (hc + hc * hc) * sizeof(float));
+    if (P->gpu->hc_post(P->gpu, dev_of(P, X), dev_of(P, y), dev_of(P, mix), T) < 0) return -1;
+    if (P->cpu->hc_post(P->cpu, X, y, mix, T) < 0) return -1;
+    cmp(P, B_HC_POST, X, (size_t)T * hc * n);
+    return 0;
+}
+static int p_rmsnorm(nf_backend *be, const nf_tensor *w, const float *x, int T, float *out) {
+    pair_ctx *P = ctx_of(be);
+    up(P, x, (size_t)T * w->ne[0] * sizeof(float));
+    if (P->gpu->rmsnorm(P->gpu, w, dev_of(P, x), T, dev_of(P, out)) < 0) return -1;
+    if (P->cpu->rmsnorm(P->cpu, w, x, T, out) < 0) return -1;
+    cmp(P, B_RMSNORM, out, (size_t)T * w->ne[0]);
+    return 0;
+}
+static int p_kda(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y) {
+    pair_ctx *P = ctx_of(be);
+    up(P, x, (size_t)T * HP->n_embd * sizeof(float));
+    sync_state(P, st, 0);
+    if (P->gpu->kda_block(P->gpu, il, P->gst, dev_of(P, x), T, dev_of(P, y)) < 0) return -1;
+    if (P->cpu->kda_block(P->cpu, il, st, x, T, y) < 0) return -1;
+    cmp(P, B_KDA, y, (size_t)T * HP->n_embd);
+    const nf_layer_state *S = &st->L[il], *D = &P->gst->L[il];
+    cmp_dev(P, B_KDA_STATE, D->conv, S->conv, (size_t)st->conv_rows * st->conv_width);
+    cmp_dev(P, B_KDA_STATE, D->S, S->S, (size_t)st->kda_heads * st->kda_hd * st->kda_hd);
+    P->calls[B_KDA_STATE]++;
+    return 0;
+}
+static int p_mla_project(nf_backend *be, int il, nf_state *st, const float *x, int T, float *qr, float *q) {
+    pair_ctx *P = ctx_of(be);
+    up(P, x, (size_t)T * HP->n_embd * sizeof(float));
+    sync_state(P, st, 0);
+    if (P->gpu->mla_project(P->gpu, il, P->gst, dev_of(P, x), T, dev_of(P, qr), dev_of(P, q)) < 0) return -1;
+    if (P->cpu->mla_project(P->cpu, il, st, x, T, qr, q) < 0) return -1;
+    cmp(P, B_MLA_PROJ, qr, (size_t)T * HP->q_lora_rank);
+    cmp(P, B_MLA_PROJ, q, (size_t)T * HP->n_head * HP->qk_nope_dim);
+    const size_t kl = (size_t)st->kv_lora;
+    cmp_dev(P, B_LATENT, P->gst->L[il].latent + st->pos * kl, st->L[il].latent + st->pos * kl, (size_t)T * kl);
+    P->calls[B_LATENT]++;
+    return 0;
+}
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+static int p_indexer(nf_backend *be, int il, nf_state *st, const float *x, const float *qr, int T, int32_t *sel) {
+    pair_ctx *P = ctx_of(be);
+    up(P, x, (size_t)T * HP->n_embd * sizeof(float));
+    up(P, qr, (size_t)T * HP->q_lora_rank * sizeof(float));
+    sync_state(P, st, T);
+    if (P->gpu->indexer_select(P->gpu, il, P->gst, dev_of(P, x), dev_of(P, qr), T, dev_of(P, sel)) < 0) return -1;
+    if (P->cpu->indexer_select(P->cpu, il, st, x, qr, T, sel) < 0) return -1;
+    const int width = nf_topk_width(HP);
+    int32_t *g = nf_xmalloc((size_t)T * width * sizeof(int32_t)), *c = nf_xmalloc((size_t)width * sizeof(int32_t));
+    cu_check(P, cudaDeviceSynchronize(), "sync");
+    cu_check(P, cudaMemcpy(g, dev_of(P, sel), (size_t)T * width * sizeof(int32_t), cudaMemcpyDeviceToHost), "download sel");
+    for (int t = 0; t < T; t++) {
+        int32_t *gr = g + (size_t)t * width;
+        memcpy(c, sel + (size_t)t * width, (size_t)width * sizeof(int32_t));
+        qsort(gr, (size_t)width, sizeof(int32_t), cmp_i32);
+        qsort(c, (size_t)width, sizeof(int32_t), cmp_i32);
+        P->sel_rows++;
+        P->sel_bad += memcmp(gr, c, (size_t)width * sizeof(int32_t)) != 0;
+    }
+    free(g);
+    free(c);
+    const nf_layer_state *S = &st->L[il], *D = &P->gst->L[il];
+    const size_t hd = (size_t)st->idx_hd;
+    cmp_dev(P, B_INDEXER_STATE, D->open_key, S->open_key, (size_t)st->kpool * hd);
+    cmp_dev(P, B_INDEXER_STATE, D->open_gate, S->open_gate, (size_t)st->kpool * hd);
+    cmp_dev(P, B_INDEXER_STATE, D->pool_key, S->pool_key, (size_t)((st->pos + T) / st->kpool) * hd);
+    P->calls[B_INDEXER_STATE]++;
+    return 0;
+}
+static int p_mla_attend(nf_backend *be, int il, nf_state *st, const float *q, const int32_t *sel, int T, float *y) {
+    pair_ctx *P = ctx_of(be);
+    up(P, q, (size_t)T * HP->n_head * HP->qk_nope_dim * sizeof(float));
+    up(P, sel, (size_t)T * nf_topk_width(HP) * sizeof(int32_t));
+    sync_state(P, st, T);
+    if (P->gpu->mla_attend(P->gpu, il, P->gst, dev_of(P, q), dev_of(P, sel), T, dev_of(P, y)) < 0) return -1;
+    if (P->cpu->mla_attend(P->cpu, il, st, q, sel, T, y) < 0) return -1;
+    cmp(P, B_MLA_ATT, y, (size_t)T * HP->n_embd);
+    return 0;
+}
+static int p_dense(nf_backend *be, int il, const float *x, int T, float *y) {
+    pair_ctx *P = ctx_of(be);
+    up(P, x, (size_t)T * HP->n_embd * sizeof(float));
+    if (P->gpu->dense_mlp(P->gpu, il, dev_of(P, x), T, dev_of(P, y)) < 0) return -1;
+    if (P->cpu->dense_mlp(P->cpu, il, x, T, y) < 0) return -1;
+    cmp(P, B_DENSE, y, (size_t)T * HP->n_embd);
+    return 0;
+}
+static int p_moe(nf_backend *be, int il, const float *x, int T, float *y) {
+    pair_ctx *P = ctx_of(be);
+    up(P, x, (size_t)T * HP->n_embd * sizeof(float));
+    if (P->gpu->moe_block(P->gpu, il, dev_of(P, x), T, dev_of(P, y)) < 0) return -1;
+    if (P->cpu->moe_block(P->cpu, il, x, T, y) < 0) return -1;
+    cmp(P, B_MOE, y, (size_t)T * HP->n_embd);
+    return 0;
+}
+static int p_head(nf_backend *be, const float *X, int T, float *logits) {
+    pair_ctx *P = ctx_of(be);
+    up(P, X, (size_t)T * HP->hc_count * HP->n_embd * sizeof(float));
+    if (P->gpu->head(P->gpu, dev_of(P, X), T, dev_of(P, logits)) < 0) return -1;
+    if (P->cpu->head(P->cpu, X, T, logits) < 0) return -1;
+    cmp(P, B_HEAD, logits, (size_t)T * HP->n_vocab);
+    return 0;
+}
+
+/* One prefill through the pair backend; prints the block table; returns the worst block error. */
+static double block_check(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, int n, double tol, int strict_sel) {
+    pair_ctx P;
+    memset(&P, 0, sizeof P);
+    P.cpu = cpu;
+    P.gpu = gpu;
+    P.gst = nf_backend_state_create(gpu, 16);
+    CHECK(P.gst != NULL, "device state: %s", nf_error());
+    if (!P.gst) return INFINITY;
+    nf_backend pb;
+    memset(&pb, 0, sizeof pb);
+    pb.name = "pair";
+    pb.model = cpu->model;
+    pb.impl = &P;
+    pb.alloc = p_alloc;
+    pb.release = p_release;
+    pb.to_host = p_to_host;
+    pb.embed = p_embed;
+    pb.hc_pre = p_hc_pre;
+    pb.hc_post = p_hc_post;
+    pb.rmsnorm = p_rmsnorm;
+    pb.kda_block = p_kda;
+    pb.mla_project = p_mla_project;
+    pb.indexer_select = p_indexer;
+    pb.mla_attend = p_mla_attend;
+    pb.dense_mlp = p_dense;
+    pb.moe_block = p_moe;
+    pb.head = p_head;
+    nf_state *st = nf_state_create(&cpu->model->hp, 16);
+    float *logits = nf_xmalloc((size_t)n * cpu->model->hp.n_vocab * sizeof(float));
+    /* two calls: a prefill chunk, then a continuation (state carried between calls) */
+    int half = n / 2;
+    int rc = nf_prefill(&pb, st, tok, half, 0, logits, 1, NULL);
+    if (rc == 0) rc = nf_prefill(&pb, st, tok + half, n - half, 0, logits, 1, NULL);
+    CHECK(rc == 0, "pair prefill: %s", nf_error());
+    CHECK(!P.cuda_error, "CUDA error during the block check");
+    double worst = 0;
+    printf("  blocks (max |gpu-cpu|/max|cpu| from identical inputs):");
+    for (int k = 0; k < B_COUNT; k++) {
+        if (!P.calls[k]) continue;
+        printf(" %s %.1e", block_names[k], P.err[k]);
+        if (!(P.err[k] <= worst)) worst = P.err[k];
+    }
+    printf("; sel rows differing %ld/%ld\n", P.sel_bad, P.sel_rows);
+    CHECK(worst <= tol, "block error %.3g > tolerance %.1g", worst, tol);
+    if (strict_sel) CHECK(P.sel_bad == 0, "%ld of %ld selection rows differ from identical inputs", P.sel_bad, P.sel_rows);
+    free(logits);
+    nf_state_free(st);
+    while (P.nbufs) p_release(&pb, P.bufs[0].h);
+    nf_state_free(P.gst);
+    return worst;
+}
+
+/* ------------------------------------------------------------------------------------------------------ */
+
+static int prefill(nf_backend *be, const int32_t *tok, int n, int chunk, float *logits, int32_t *sel, int64_t sel_pos) {
+    nf_state *st = nf_backend_state_create(be, 16);
+    if (!st) return -1;
+    nf_topk_dump d = {sel, sel_pos};
+    int rc = nf_prefill(be, st, tok, n, chunk, logits, 1, sel ? &d : NULL);
+    nf_state_free(st);
+    return rc;
+}
+
+/* per position: max |g - c| / max |c|; returns the worst, counts positions over tol and argmax agreement */
+static double compare_logits(const float *g, const float *c, int n, int V, double tol, int *over, int *argmax_same) {
+    double worst = 0;
+    *over = 0;
+    *argmax_same = 0;
+    for (int p = 0; p < n; p++) {
+        const float *gp = g + (size_t)p * V, *cp = c + (size_t)p * V;
+        double e = rel_err(gp, cp, (size_t)V);
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+        *over += !(e <= tol);
+        int ag = 0, ac = 0;
+        for (int i = 1; i < V; i++) {
+            if (gp[i] > gp[ag]) ag = i;
+            if (cp[i] > cp[ac]) ac = i;
+        }
+        *argmax_same += ag == ac;
+    }
+    return worst;
+}
+
+static int argmax(const float *x, int V, float *margin) {
+    int a = 0;
+    for (int i = 1; i < V; i++) if (x[i] > x[a]) a = i;
+    float second = -INFINITY;
+    for (int i = 0; i < V; i++) if (i != a && x[i] > second) second = x[i];
+    if (margin) *margin = x[a] - second;
+    return a;
+}
+
+static int greedy(nf_backend *be, const int32_t *prompt, int np, int steps, int32_t *out, float *margin) {
+    const int V = be->model->hp.n_vocab;
+    nf_state *st = nf_backend_state_create(be, 16);
+    float *lg = nf_xmalloc((size_t)V * sizeof(float));
+    int rc = st ? nf_prefill(be, st, prompt, np, 0, lg, 0, NULL) : -1;
+    for (int s = 0; rc == 0 && s < steps; s++) {
+        int32_t t = argmax(lg, V, margin ? &margin[s] : NULL);
+        out[s] = t;
+        rc = nf_forward(be, st, &t, 1, lg, 0, NULL);
+    }
+    free(lg);
+    nf_state_free(st);
+    return rc;
+}
+
+static int sel_rows_differ(const int32_t *a, const int32_t *b, size_t rows, int width) {
+    int bad = 0;
+    int32_t *x = nf_xmalloc((size_t)width * sizeof(int32_t)), *y = nf_xmalloc((size_t)width * sizeof(int32_t));
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(x, a + r * width, (size_t)width * sizeof(int32_t));
+        memcpy(y, b + r * width, (size_t)width * sizeof(int32_t));
+        qsort(x, (size_t)width, sizeof(int32_t), cmp_i32);
+        qsort(y, (size_t)width, sizeof(int32_t), cmp_i32);
+        bad += memcmp(x, y, (size_t)width * sizeof(int32_t)) != 0;
+    }
+    free(x);
+    free(y);
+    return bad;
+}
+
+/* snapshot/restore, checkpoint/rollback, device->device and device->host state copies */
+static void state_checks(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, int P, int K, double tol) {
+    const int V = gpu->model->hp.n_vocab;
+    float *A = nf_xmalloc((size_t)K * V * sizeof(float)), *B = nf_xmalloc((size_t)K * V * sizeof(float));
+    nf_state *st = nf_backend_state_create(gpu, 16);
+    CHECK(st && nf_prefill(gpu, st, tok, P, 0, NULL, 0, NULL) == 0, "state prefill: %s", nf_error());
+    if (!st) return;
+    nf_state *snap = nf_state_snapshot(st);
+    nf_state_ckpt ck;
+    memset(&ck, 0, sizeof ck);
+    CHECK(snap != NULL, "snapshot: %s", nf_error());
+    CHECK(nf_state_checkpoint(st, &ck) == 0, "checkpoint: %s", nf_error());
+    CHECK(nf_prefill(gpu, st, tok + P, K, 1, A, 1, NULL) == 0, "decode A: %s", nf_error());
+    /* restore */
+    CHECK(snap && nf_state_restore(st, snap) == 0, "restore: %s", nf_error());
+    CHECK(st->pos == P, "restored pos %lld != %d", (long long)st->pos, P);
+    CHECK(nf_prefill(gpu, st, tok + P, K, 1, B, 1, NULL) == 0, "decode B: %s", nf_error());
+    int same_restore = !memcmp(A, B, (size_t)K * V * sizeof(float));
+    CHECK(same_restore, "decode after restore differs");
+    /* rollback */
+    CHECK(nf_state_rollback(st, &ck) == 0, "rollback: %s", nf_error());
+    CHECK(nf_prefill(gpu, st, tok + P, K, 1, B, 1, NULL) == 0, "decode C: %s", nf_error());
+    int same_rollback = !memcmp(A, B, (size_t)K * V * sizeof(float));
+    CHECK(same_rollback, "decode after rollback differs");
+    /* a fresh device state restored from the snapshot */
+    nf_state *st2 = nf_backend_state_create(gpu, 16);
+    CHECK(st2 && snap && nf_state_restore(st2, snap) == 0, "restore into fresh: %s", nf_error());
+    CHECK(st2 && nf_prefill(gpu, st2, tok + P, K, 0, B, 1, NULL) == 0, "decode D: %s", nf_error());
+    int same_fresh = !memcmp(A, B, (size_t)K * V * sizeof(float));
+    CHECK(same_fresh, "fresh state restored from snapshot differs");
+    /* device state -> host state, continued on the CPU */
+    nf_state *hs = nf_state_create(&gpu->model->hp, 16);
+    CHECK(snap && nf_state_restore(hs, snap) == 0, "device->host restore: %s", nf_error());
+    CHECK(nf_prefill(cpu, hs, tok + P, K, 0, B, 1, NULL) == 0, "cpu continuation: %s", nf_error());
+    int over, am;
+    double e = compare_logits(A, B, K, V, tol, &over, &am);
+    printf("  state: restore %s, rollback %s, fresh %s, device->host state on the CPU: max rel %.2e (%d/%d over tol, argmax %d/%d)\n",
+           same_restore ? "exact" : "DIFF", same_rollback ? "exact" : "DIFF", same_fresh ? "exact" : "DIFF", e, over, K, am, K);
+    CHECK(over == 0, "CPU continuation of the device state: %d positions over tolerance", over);
+    nf_state_free(hs);
+    nf_state_free(st2);
+    nf_state_ckpt_free(&ck);
+    nf_state_free(snap);
+    nf_state_free(st);
+    free(A);
+    free(B);
+}
+
+static int read_tokens(const char *path, int32_t *out, int cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0;
+    long v;
+    while (n < cap && fscanf(f, "%ld", &v) == 1) out[n++] = (int32_t)v;
+    fclose(f);
+    return n;
+}
+
+static void test_model(const char *label, const char *path, const char *recipe, const int32_t *tok_in, int ntok, int quick) {
+    printf("== %s (%s)\n", label, recipe);
+    nf_model *m = nf_model_load(path);
+    CHECK(m != NULL, "load %s: %s", path, nf_error());
+    if (!m) return;
+    nf_backend *cpu = nf_cpu_backend_create(m, 0);
+    nf_backend *gpu = nf_backend_cuda_create(m, 0);
+    CHECK(cpu && gpu, "backends: %s", nf_error());
+    if (!cpu || !gpu) {
+        nf_backend_free(gpu);
+        nf_backend_free(cpu);
+        nf_model_free(m);
+        return;
+    }
+    const int V = m->hp.n_vocab;
+    const double tol = tol_of(recipe);
+    const int strict = tol < 1e-3;
+    int32_t *tok = nf_xmalloc((size_t)ntok * sizeof(int32_t));
+    for (int i = 0; i < ntok; i++) tok[i] = tok_in[i] % V;
+    const int n = ntok;
+
+    /* 1. blocks from identical inputs */
+    block_check(cpu, gpu, tok, n, tol, strict);
+
+    /* 2. end to end */
+    const int n_mla = nf_mla_layer_count(&m->hp), width = nf_topk_width(&m->hp);
+    const size_t nsel = (size_t)(n_mla > 0 ? n_mla : 1) * n * width;
+    float *ref = nf_xmalloc((size_t)n * V * sizeof(float)), *g1 = nf_xmalloc((size_t)n * V * sizeof(float)),
+          *g2 = nf_xmalloc((size_t)n * V * sizeof(float));
+    int32_t *sref = nf_xcalloc(nsel, sizeof(int32_t)), *sg = nf_xcalloc(nsel, sizeof(int32_t)),
+            *sg2 = nf_xcalloc(nsel, sizeof(int32_t));
+    CHECK(prefill(cpu, tok, n, 0, ref, n_mla ? sref : NULL, n) == 0, "cpu prefill: %s", nf_error());
+    CHECK(prefill(gpu, tok, n, 0, g1, n_mla ? sg : NULL, n) == 0, "gpu prefill: %s", nf_error());
+    int over, am;
+    double e = compare_logits(g1, ref, n, V, tol, &over, &am);
+    int sel_bad = n_mla ? sel_rows_differ(sg, sref, (size_t)n_mla * n, width) : 0;
+    printf("  prefill %d tokens: logits max rel %.2e (tol %.0e; %d/%d positions over), argmax %d/%d, selection rows differing %d/%d\n",
+           n, e, tol, over, n, am, n, sel_bad, n_mla * n);
+    CHECK(over == 0, "%d of %d positions over the logit tolerance", over, n);
+    if (strict) CHECK(sel_bad == 0, "%d selection rows differ", sel_bad);
+
+    /* 3. GPU chunked and decode == one-shot, bit for bit */
+    int chunks[2] = {5, 1};
+    for (int ci = 0; ci < (quick ? 1 : 2); ci++) {
+        memset(sg2, 0, nsel * sizeof(int32_t));
+        CHECK(prefill(gpu, tok, n, chunks[ci], g2, n_mla ? sg2 : NULL, n) == 0, "gpu chunked: %s", nf_error());
+        int same = !memcmp(g1, g2, (size_t)n * V * sizeof(float)) && !memcmp(sg, sg2, nsel * sizeof(int32_t));
+        double d = rel_err(g2, g1, (size_t)n * V);
+        printf("  gpu chunk %d vs one-shot: %s (max rel %.2e)\n", chunks[ci], same ? "bit-identical" : "DIFFERENT", d);
+        CHECK(same, "gpu chunk %d differs from one-shot", chunks[ci]);
+    }
+
+    /* 4. greedy */
+    const int steps = quick ? 8 : 64, np = 8;
+    int32_t gc[64], gg[64];
+    float margin[64];
+    CHECK(greedy(cpu, tok, np, steps, gc, margin) == 0, "cpu greedy: %s", nf_error());
+    CHECK(greedy(gpu, tok, np, steps, gg, NULL) == 0, "gpu greedy: %s", nf_error());
+    int first = -1;
+    for (int s = 0; s < steps; s++)
+        if (gc[s] != gg[s]) {
+            first = s;
+            break;
+        }
+    if (first < 0) printf("  greedy %d steps: identical\n", steps);
+    else printf("  greedy %d steps: FIRST DIFFERENCE at step %d (cpu %d gpu %d, cpu top-2 margin %.3g)\n", steps, first,
+                gc[first], gg[first], margin[first]);
+    CHECK(first < 0, "greedy tokens differ at step %d", first);
+
+    /* 5. state */
+    state_checks(cpu, gpu, tok, quick ? 12 : 40, quick ? 4 : 16, tol);
+
+    free(ref);
+    free(g1);
+    free(g2);
+    free(sref);
+    free(sg);
+    free(sg2);
+    free(tok);
+    nf_backend_free(gpu);
+    nf_backend_free(cpu);
+    nf_model_free(m);
+}
+
+static int run(const char *cmd) {
+    int rc = system(cmd);
+    if (rc != 0) printf("  command failed (%d): %s\n", rc, cmd);
+    return rc;
+}
+
+int nf_gpu_test_backend(int quick) {
+    n_failed = 0;
+    const char *build = getenv("NF_BUILD") ? getenv("NF_BUILD") : "build/cuda";
+    char dir[] = "/tmp/nf-gpu-test.XXXXXX";
+    if (!mkdtemp(dir)) nf_die("mkdtemp failed");
+    static const char *fixtures[] = {"base", "shared", "kpool16", "nondefault"};
+    static const char *recipes[] = {"f32", "bf16", "q8", "q4", "q2"};
+    const int nfix = quick ? 1 : 4;
+    int32_t tokens[512];
+    char path[512], cmd[2048], label[64];
+    const int npos = quick ? 40 : 128;
+    for (int r = 0; r < 5; r++) {
+        if (quick && r != 0 && r != 4) continue;
+        const char *rc = recipes[r];
+        for (int fi = 0; fi < nfix; fi++) {
+            snprintf(path, sizeof path, "%s/%s-%s.gguf", dir, fixtures[fi], rc);
+            snprintf(cmd, sizeof cmd, "%s/nf-convert tests/data/fixtures/%s -o %s --recipe %s --no-tokenizer > %s/convert.log 2>&1",
+                     build, fixtures[fi], path, rc, dir);
+            if (run(cmd) != 0) {
+                n_failed++;
+                continue;
+            }
+            snprintf(cmd, sizeof cmd, "tests/data/fixtures/%s/tokens.txt", fixtures[fi]);
+            int nt = read_tokens(cmd, tokens, npos);
+            CHECK(nt >= 32, "fixture %s: %d tokens", fixtures[fi], nt);
+            snprintf(label, sizeof label, "fixture %s", fixtures[fi]);
+            if (nt >= 32) test_model(label, path, rc, tokens, nt, quick);
+            unlink(path);
+        }
+        /* synthetic tiny model: real K-quant / IQ2 matrices */
+        snprintf(path, sizeof path, "%s/synth-%s.gguf", dir, rc);
+        snprintf(cmd, sizeof cmd, "%s/nf-synth --out %s --recipe %s --preset tiny --quiet > %s/synth.log 2>&1", build,
+                 path, rc, dir);
+        if (run(cmd) != 0) {
+            n_failed++;
+            continue;
+        }
+        uint64_t s = 12345;
+        for (int i = 0; i < npos; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            tokens[i] = (int32_t)((s >> 33) % 4096);
+        }
+        test_model("synth tiny", path, rc, tokens, npos, quick);
+        unlink(path);
+    }
+    unlink(strcat(strcpy(path, dir), "/convert.log"));
+    unlink(strcat(strcpy(path, dir), "/synth.log"));
+    rmdir(dir);
+    printf("backend: %s (%d failed checks)\n", n_failed ? "FAIL" : "PASS", n_failed);
+    return n_failed;
+}
