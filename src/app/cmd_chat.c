@@ -26,6 +26,9 @@
 #include <unistd.h>
 
 #include "app/commands.h"
+#ifdef NF_CUDA
+#include "cuda/backend_cuda.h"
+#endif
 #include "engine/session.h"
 #include "text/chat_template.h"
 #include "text/output_parser.h"
@@ -53,7 +56,7 @@ static void install_sigint(void) {
 /* ---- options --------------------------------------------------------------------------------------------- */
 
 typedef struct {
-    const char *model, *tokenizer, *prompt, *prompt_file, *system, *effort;
+    const char *model, *tokenizer, *prompt, *prompt_file, *system, *effort, *backend;
     bool think, raw, ignore_stop;
     int64_t max_tokens;
     int threads;
@@ -86,6 +89,7 @@ static void usage(FILE *f, bool chat) {
                "                        --temp 0 is greedy)\n"
                "      --ignore-stop     do not stop at stop tokens (benchmarks; -n still applies)\n"
                "  -t, --threads N       CPU threads (default: NF_THREADS or all cores)\n"
+               "      --backend B       cpu (default) or cuda (GPU builds only: make cuda, build/cuda/nf)\n"
                "  -c, --ctx N           context size in tokens (default: min(model context, 4096))\n",
             chat ? 1024 : 256);
 }
@@ -107,6 +111,21 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
             return 1;
         } else if (OPT("-m", "--model")) { NEED(); o->model = v; }
         else if (OPT(NULL, "--tokenizer")) { NEED(); o->tokenizer = v; }
+        else if (OPT(NULL, "--backend")) {
+            NEED();
+            if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
+                fprintf(stderr, "%s: --backend: expected cpu or cuda, got '%s'\n", nf_progname, v);
+                return 2;
+            }
+#ifndef NF_CUDA
+            if (!strcmp(v, "cuda")) {
+                fprintf(stderr, "%s: error: this build has no CUDA backend; build with `make cuda` and use build/cuda/nf\n",
+                        nf_progname);
+                return 2;
+            }
+#endif
+            o->backend = v;
+        }
         else if (!chat && OPT("-p", "--prompt")) { NEED(); o->prompt = v; }
         else if (!chat && OPT("-f", "--file")) { NEED(); o->prompt_file = v; }
         else if (!chat && OPT(NULL, "--raw")) o->raw = true;
@@ -165,6 +184,13 @@ static const char *resolve_model(const char *given, char *buf, size_t cap) {
     return NULL;
 }
 
+#ifdef NF_CUDA
+static nf_backend *cuda_factory(const nf_model *m, int n_threads) {
+    (void)n_threads;
+    return nf_backend_cuda_create(m, 0);
+}
+#endif
+
 static nf_session *open_session(const cli_opts *o) {
     char buf[4200];
     const char *path = resolve_model(o->model, buf, sizeof buf);
@@ -174,6 +200,9 @@ static nf_session *open_session(const cli_opts *o) {
     so.n_ctx = o->ctx;
     so.tokenizer = o->tokenizer;
     so.sampler = o->sp;
+#ifdef NF_CUDA
+    if (o->backend && !strcmp(o->backend, "cuda")) so.backend = cuda_factory;
+#endif
     nf_session *s = nf_session_create(path, &so);
     if (!s) return NULL;
     if (!nf_session_tokenizer(s)) {
