@@ -37,6 +37,8 @@ need_pip=()
 $PY -c 'import pytest' 2>/dev/null || need_pip+=(pytest)
 $PY -c 'import numpy' 2>/dev/null  || need_pip+=(numpy)
 $PY -c 'import gguf' 2>/dev/null   || need_pip+=(gguf)
+$PY -c 'import anthropic' 2>/dev/null || need_pip+=(anthropic)   # nf-server tests drive the official SDKs
+$PY -c 'import openai' 2>/dev/null || need_pip+=(openai)
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "install-deps: pip install ${need_pip[*]}"
   $PY -m pip install -q "${need_pip[@]}" || $PY -m pip install -q --break-system-packages "${need_pip[@]}"
