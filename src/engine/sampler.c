@@ -1,9 +1,8 @@
 /* sampler.c — token sampling (contract in sampler.h).
  *
- * Work is proportional to the vocabulary only for the penalties and one pass computing probabilities;
- * sorting is limited to the tokens that can matter: top-k keeps k, and top-p sorts only the tokens whose
- * probability is at least a threshold chosen so that their mass already reaches p (the top-p set is a
- * prefix of the descending order, so it lies inside that set — exact, not an approximation). */
+ * Work is linear in the vocabulary (copy, penalties, one exp per candidate); sorting is limited to what
+ * can matter: top-k keeps k with a heap, top-p sorts only one weight bucket (top_p_cut) -- exact, not an
+ * approximation. */
 #include "engine/sampler.h"
 
 #include <math.h>
@@ -24,6 +23,7 @@ struct nf_sampler {
     float *cp;         /* candidate probabilities */
     int32_t *seen;     /* scratch for penalty counting */
     int32_t *count;    /* per-id counts (n_vocab), reset after use */
+    int32_t *bnd;      /* top-p boundary bucket scratch (n_vocab) */
 };
 
 nf_sampler_params nf_sampler_defaults(void) {
@@ -70,6 +70,7 @@ nf_sampler *nf_sampler_new(const nf_sampler_params *p, int32_t n_vocab) {
     s->cand = nf_xmalloc((size_t)n_vocab * sizeof *s->cand);
     s->cp = nf_xmalloc((size_t)n_vocab * sizeof *s->cp);
     s->count = nf_xcalloc((size_t)n_vocab, sizeof *s->count);
+    s->bnd = nf_xmalloc((size_t)n_vocab * sizeof *s->bnd);
     nf_rng_seed(&s->rng, s->p.seed);
     return s;
 }
@@ -82,6 +83,7 @@ void nf_sampler_free(nf_sampler *s) {
     free(s->cp);
     free(s->seen);
     free(s->count);
+    free(s->bnd);
     free(s);
 }
 
@@ -165,9 +167,50 @@ static size_t top_k_select(const float *key, int32_t n, int k, int32_t *out) {
     return m;
 }
 
+/* Top-p on candidates whose weights (0, 1] are in s->cp: keep the shortest prefix of the order (weight desc,
+ * id asc) whose mass reaches `need`. Weights are bucketed by the top 12 bits of their float encoding (which
+ * orders positive floats); buckets above the one where the running mass crosses `need` are kept whole (in
+ * their current order), and only that boundary bucket is sorted to find the exact cut. O(n) plus a sort of
+ * one bucket, instead of sorting the vocabulary. */
+#define NB 4096
+static inline uint32_t wbucket(float w) {
+    uint32_t bits;
+    memcpy(&bits, &w, 4);
+    return bits >> 19; /* positive floats: exponent and 4 mantissa bits, 0..4095 */
+}
+
+static size_t top_p_cut(nf_sampler *s, size_t n, double need, float mx, float inv_t) {
+    double mass[NB] = {0};
+    for (size_t i = 0; i < n; i++) mass[wbucket(s->cp[i])] += s->cp[i];
+    double cum = 0;
+    int boundary = -1;
+    for (int b = NB - 1; b >= 0; b--) {
+        if (mass[b] > 0 && cum + mass[b] >= need) { boundary = b; break; }
+        cum += mass[b];
+    }
+    if (boundary < 0) return n; /* rounding left the total short of need: keep everything */
+    size_t m = 0, nb = 0;
+    for (size_t i = 0; i < n; i++) {
+        int b = (int)wbucket(s->cp[i]);
+        if (b > boundary) { s->cand[m] = s->cand[i]; s->cp[m] = s->cp[i]; m++; }
+        else if (b == boundary) s->bnd[nb++] = s->cand[i];
+    }
+    sort_cands(s->bnd, nb, s->work);
+    for (size_t j = 0; j < nb; j++) {
+        float w = expf((s->work[s->bnd[j]] - mx) * inv_t);
+        s->cand[m] = s->bnd[j];
+        s->cp[m] = w;
+        m++;
+        cum += w;
+        if (cum >= need) break;
+    }
+    return m;
+}
+#undef NB
+
 /* Fill s->cand / s->cp with the final candidates and their unnormalised probabilities (the most likely
- * candidate has weight 1); returns the count. The draw walks candidates in this order: sorted by
- * probability when a filter needed sorting, id order otherwise -- deterministic either way. */
+ * candidate has weight 1); returns the count. The draw walks candidates in this order (set by the filters:
+ * id order, top-k's sorted order, top-p's kept buckets then its sorted boundary) -- deterministic. */
 static size_t build(nf_sampler *s, const float *logits) {
     const nf_sampler_params *p = &s->p;
     int32_t V = s->n_vocab;
@@ -184,10 +227,8 @@ static size_t build(nf_sampler *s, const float *logits) {
         return 1;
     }
     size_t n;
-    bool sorted = false;
     if (p->top_k > 0 && p->top_k < V) {
         n = top_k_select(s->work, V, p->top_k, s->cand);
-        sorted = true;
     } else {
         n = (size_t)V;
         for (int32_t i = 0; i < V; i++) s->cand[i] = i;
@@ -200,35 +241,18 @@ static size_t build(nf_sampler *s, const float *logits) {
         return 1;
     }
     float inv_t = 1.0f / p->temperature;
-    double total = 0;
-    for (size_t i = 0; i < n; i++) total += (s->cp[i] = expf((s->work[s->cand[i]] - mx) * inv_t));
-    if (p->top_p < 1.0f) {
-        double need = (double)p->top_p * total;
-        /* the top-p set is a prefix of the descending order, so it lies inside {w >= tau} as soon as that
-         * set's mass reaches `need`: find such a tau, keep only those, sort them, cut the prefix */
-        double tau = 1e-3;
-        for (;;) {
-            double mass = 0;
-            for (size_t i = 0; i < n; i++)
-                if (s->cp[i] >= tau) mass += s->cp[i];
-            if (mass >= need || tau == 0) break;
-            tau = tau < 1e-30 ? 0 : tau * 1e-6;
-        }
+    if (p->top_p >= 1.0f && p->min_p > 0.0f) {
+        /* min-p alone: tokens far below the threshold cannot survive, skip their exp (the exact test on
+         * the weight follows; the margin keeps rounding from deciding anything here) */
+        float cut = mx + (logf(p->min_p) - 1e-3f) / inv_t;
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
-            if (s->cp[i] >= tau) { s->cand[m] = s->cand[i]; s->cp[m] = s->cp[i]; m++; }
+            if (s->work[s->cand[i]] >= cut) s->cand[m++] = s->cand[i];
         n = m;
-        if (!sorted) {
-            sort_cands(s->cand, n, s->work);
-            for (size_t i = 0; i < n; i++) s->cp[i] = expf((s->work[s->cand[i]] - mx) * inv_t);
-            sorted = true;
-        }
-        double cum = 0;
-        for (size_t i = 0; i < n; i++) {
-            cum += s->cp[i];
-            if (cum >= need) { n = i + 1; break; }
-        }
     }
+    double total = 0;
+    for (size_t i = 0; i < n; i++) total += (s->cp[i] = expf((s->work[s->cand[i]] - mx) * inv_t));
+    if (p->top_p < 1.0f) n = top_p_cut(s, n, (double)p->top_p * total, mx, inv_t);
     if (p->min_p > 0.0f) { /* relative to the most likely token, whose weight is 1 */
         size_t m = 0;
         for (size_t i = 0; i < n; i++)
