@@ -44,6 +44,47 @@ import make_fixtures as mf  # noqa: E402  (Probe: indexer top-k hooks, router ma
 
 DOC = "py:heapq.py"
 
+# Parameters (HF module names) the q8 recipe stores as Q8_0; everything else (norms, hc, router, indexer
+# weights_proj / compressor gate / ape, KDA conv / dt_bias / A_log) stays F32 (docs/gguf.md "Recipes").
+Q8_SUFFIXES = ("embed_tokens.weight", "lm_head.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight",
+               "o_proj.weight", "f_a_proj.weight", "f_b_proj.weight", "b_proj.weight", "g_a_proj.weight",
+               "g_b_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+               "q_a_proj.weight", "q_b_proj.weight", "kv_a_proj_with_mqa.weight", "indexer.wq_b.weight",
+               "indexer.wk.weight", "experts.gate_up_proj", "experts.down_proj")
+
+
+def q8_round(w):
+    """Q8_0 round-trip along the last dim (ggml ne0) with the gguf package's reference quantizer."""
+    from gguf import quants as gq
+    from gguf.constants import GGMLQuantizationType as T
+    a = w.detach().numpy().astype(np.float32)
+    r = gq.dequantize(gq.quantize(a.reshape(-1, a.shape[-1]), T.Q8_0), T.Q8_0).reshape(a.shape)
+    return torch.from_numpy(r.astype(np.float32))
+
+
+def q8_weights(model):
+    """The model with every weight the q8 recipe quantizes replaced by its Q8_0 round trip, blocked as the GGUF
+    stores it (kv_b_proj: the K half of each head transposed, as attn_k_b; the V half as attn_v_b)."""
+    import copy
+    m = copy.deepcopy(model)
+    cfg = m.model.language_model.config
+    per = cfg.qk_nope_head_dim + cfg.v_head_dim
+    n = 0
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "visual" in name:
+                continue
+            if name.endswith("kv_b_proj.weight"):
+                w = p.view(cfg.num_attention_heads, per, -1)
+                k = w[:, :cfg.qk_nope_head_dim, :]
+                w[:, :cfg.qk_nope_head_dim, :] = q8_round(k.transpose(1, 2)).transpose(1, 2)
+                w[:, cfg.qk_nope_head_dim:, :] = q8_round(w[:, cfg.qk_nope_head_dim:, :])
+                n += 1
+            elif name.endswith(Q8_SUFFIXES):
+                p.copy_(q8_round(p))
+                n += 1
+    return m, n
+
 
 def load_text(data_dir):
     path = os.path.join(data_dir, "docs_heldout.jsonl")
@@ -98,6 +139,25 @@ def main():
     lse = torch.logsumexp(logits.double(), -1)
     lp = (logits.double().gather(1, x[0, 1:, None]).squeeze(1) - lse[:-1])
     nll = float(-lp.mean())
+    # Independent of our engine: the same forward in transformers with the q8 recipe's weight rounding (f32
+    # activations), i.e. what an exact Q8_0-weight engine would give.
+    mq, n_q8 = q8_weights(model)
+    probe_q = mf.Probe(mq, record_stats=False)
+    with torch.no_grad():
+        lq = mq(input_ids=x, use_cache=False).logits[0].float()
+    probe_q.remove()
+    _, _, topk_q = probe_q.finish(P)
+    lp_q = lq.double().gather(1, x[0, 1:, None]).squeeze(1) - torch.logsumexp(lq.double(), -1)[:-1]
+    flips = torch.nonzero(lq.argmax(1) != logits.argmax(1))[:, 0].tolist()
+    sel_diff = sum(set(topk[li, t][topk[li, t] >= 0].tolist()) != set(topk_q[li, t][topk_q[li, t] >= 0].tolist())
+                   for li in range(topk.shape[0]) for t in range(P))
+    q8_check = {"what": "transformers f32 forward with every q8-recipe weight Q8_0-rounded (gguf.quants), f32 "
+                        "activations: the discrete-choice sensitivity of this model to Q8_0 weights alone",
+                "tensors_rounded": n_q8, "argmax_agreement": 1 - len(flips) / P, "flipped_positions": flips,
+                "mean_abs_dlogit": float((lq - logits).abs().mean()),
+                "median_per_position_max_abs_dlogit": float((lq - logits).abs().max(1).values.median()),
+                "max_abs_dlogit": float((lq - logits).abs().max()), "indexer_rows_changed": int(sel_diff),
+                "nll": float(-lp_q.mean())}
     srt = torch.sort(logits, -1, descending=True).values
     gap = (srt[:, 0] - srt[:, 1]).numpy()
 
@@ -150,6 +210,7 @@ def main():
                               "below_0.05": int((gap < 0.05).sum()), "below_0.2": int((gap < 0.2).sum())},
             "distinct_argmax": int(len(set(logits.argmax(1).tolist()))),
             "argmax_equals_next_token": float((logits[:-1].argmax(1) == x[0, 1:]).float().mean()),
+            "q8_weights_in_transformers": q8_check,
         },
         "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
                      "tokenizers": tokenizers.__version__, "numpy": np.__version__,
@@ -159,6 +220,7 @@ def main():
     with open(o("meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print(json.dumps({k: meta[k] for k in ("reference_nll", "checks", "shapes")}, indent=1))
+    print("flipped positions, reference top1-top2 gap:", [(t, round(float(gap[t]), 4)) for t in flips])
 
 
 if __name__ == "__main__":
