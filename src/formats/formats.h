@@ -77,11 +77,14 @@ int nf_dequantize(uint32_t type, const void *src, float *dst, int64_t n);
 size_t nf_quantize(uint32_t type, const float *src, void *dst, int64_t n, int64_t row_len, const float *imatrix);
 
 /* Type the activation vector is converted to for nf_vec_dot with weights of `type`, as ggml does:
- * F32/F16/BF16 -> F32 (activations stay exact), Q8_0 -> Q8_0, K-quants and IQ2_XXS -> Q8_K. */
+ * F32/F16/BF16 -> F32 (activations stay exact), Q8_0 -> Q8_0, K-quants and IQ2_XXS -> Q8_K.
+ * NF_TYPE_COUNT (not a type) for types without a dot product. */
 uint32_t nf_vec_dot_type(uint32_t type);
 /* Convert an f32 activation vector of length n into nf_vec_dot_type(type) layout in dst (F32: a copy). */
 void nf_quantize_activation(uint32_t type, const float *x, void *dst, int64_t n);
-/* Dot product of one weight row (type) with an activation prepared by nf_quantize_activation. */
+/* Dot product of one weight row (type) with an activation prepared by nf_quantize_activation. On an
+ * unsupported type or an n that is not a multiple of the block size: NAN, with nf_error set (same for
+ * nf_vec_dot_f32; nf_quantize_activation then writes nothing). */
 float nf_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *x_act);
 
 /* Dot of one weight row of any supported type with an f32 vector, in f32 (dequantize-and-dot; slow but exact
