@@ -14,8 +14,8 @@
  * the tokens the model actually produced. Otherwise (e.g. the template re-renders history differently) the
  * whole prompt goes through nf_session_set_prompt, which still reuses the longest matching prefix.
  * Ctrl-C during a generation stops it (the partial answer stays in the conversation and the state); Ctrl-C
- * during a prefill undoes the turn; Ctrl-C or Ctrl-D at the prompt exits. Line editing and history come from
- * libedit when stdin is a terminal. */
+ * during a prefill undoes the turn; Ctrl-D at the prompt exits (status 0), Ctrl-C at the prompt too (130).
+ * Line editing and history come from libedit when stdin is a terminal. */
 #include <editline/readline.h>
 #include <errno.h>
 #include <jansson.h>
@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "app/commands.h"
@@ -38,9 +39,19 @@
 #define DEFAULT_MODEL_REL "models/tiny/nf-tiny-bf16.gguf"
 
 static volatile sig_atomic_t g_cancel;
+/* nf chat waiting for a line: Ctrl-C exits at once (terminal settings restored; only async-signal-safe calls),
+ * whatever state the line editor is in. */
+static volatile sig_atomic_t g_at_prompt;
+static struct termios g_tio;
+static int g_have_tio;
 
 static void on_sigint(int sig) {
     (void)sig;
+    if (g_at_prompt) {
+        if (g_have_tio) tcsetattr(0, TCSANOW, &g_tio);
+        if (write(1, "\n", 1) < 0) { /* nothing to do */ }
+        _exit(130);
+    }
     g_cancel = 1;
 }
 
@@ -119,8 +130,8 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
             }
 #ifndef NF_CUDA
             if (!strcmp(v, "cuda")) {
-                fprintf(stderr, "%s: error: this build has no CUDA backend; build with `make cuda` and use build/cuda/nf\n",
-                        nf_progname);
+                fprintf(stderr, "%s: error: this build has no CUDA backend; build with `make cuda` and use "
+                                "build/cuda/nf\n", nf_progname);
                 return 2;
             }
 #endif
@@ -246,9 +257,26 @@ static void end_reasoning(sink *k) {
     fflush(stderr);
 }
 
+/* Generated text to a stream. On a terminal, control characters other than newline and tab (a model can emit
+ * ESC sequences) are shown as U+FFFD instead of being interpreted. */
+static void emit(FILE *f, bool tty, const char *s, size_t n) {
+    if (!tty) {
+        fwrite(s, 1, n, f);
+        return;
+    }
+    size_t i = 0;
+    while (i < n) {
+        size_t j = i;
+        while (j < n && !(((unsigned char)s[j] < 0x20 && s[j] != '\n' && s[j] != '\t') || s[j] == 0x7f)) j++;
+        fwrite(s + i, 1, j - i, f);
+        if (j < n) fputs("\xEF\xBF\xBD", f), j++;
+        i = j;
+    }
+}
+
 static void write_out(sink *k, const char *s, size_t n) {
     if (!n) return;
-    fwrite(s, 1, n, stdout);
+    emit(stdout, k->tty_out, s, n);
     fflush(stdout);
     k->out_nl = s[n - 1] == '\n';
 }
@@ -262,7 +290,7 @@ static void on_parsed(void *user, const nf_out_event *ev) {
             else fputs("[reasoning] ", stderr);
             k->mode = NF_OUT_REASONING;
         }
-        fwrite(ev->text, 1, ev->len, stderr);
+        emit(stderr, k->tty_err, ev->text, ev->len);
         fflush(stderr);
         buf_add(&k->reasoning, &k->n_reasoning, &k->cap_reasoning, ev->text, ev->len);
         break;
@@ -357,7 +385,8 @@ static int prompt_tokens_from(const nf_tokenizer *t, const nf_prompt *p, size_t 
         if (pc->special) {
             if (start != pc->off) return -1;
             int32_t id = nf_token_id_n(t, p->text + pc->off, pc->len);
-            if (id < 0) return nf_fail("special token '%.*s' is not in the vocabulary", (int)pc->len, p->text + pc->off);
+            if (id < 0)
+                return nf_fail("special token '%.*s' is not in the vocabulary", (int)pc->len, p->text + pc->off);
             nf_tokens_push(out, id);
         } else if (nf_tokenize_text(t, p->text + start, pc->off + pc->len - start, out) < 0) {
             return -1;
@@ -594,14 +623,19 @@ int nf_cmd_chat(int argc, char **argv) {
     }
     chat c = {.o = &o, .s = s, .msgs = base_messages(&o), .think = o.think};
     bool tty = isatty(0);
-    if (tty) using_history();
+    if (tty) {
+        using_history();
+        g_have_tio = tcgetattr(0, &g_tio) == 0;
+    }
     install_sigint();
     fprintf(stderr, "nf chat: context %lld tokens, thinking %s. /help for commands, Ctrl-D to quit.\n",
             (long long)nf_session_n_ctx(s), c.think ? "on" : "off");
     for (;;) {
         g_cancel = 0;
         if (!tty) { fputs("> ", stdout); fflush(stdout); }
+        g_at_prompt = 1;
         char *line = read_line(tty);
+        g_at_prompt = 0;
         if (!line || g_cancel) {
             if (!tty || g_cancel) fputc('\n', stdout);
             free(line);
