@@ -397,3 +397,60 @@ Test(session, generated_pieces_are_valid_utf8_and_match_the_tokens) {
     nf_utf8_free(&w);
     nf_session_free(s);
 }
+
+Test(session, checkpoint_limit_drops_the_oldest) {
+    nf_session_opts o = nf_session_opts_default();
+    o.n_threads = 2;
+    o.max_checkpoints = 2;
+    o.tokenizer = TOKENIZER;
+    o.sampler.temperature = 0;
+    nf_session *s = nf_session_create(path, &o);
+    cr_assert_not_null(s, "%s", nf_error());
+    int64_t marks[] = {5, 9, 13};
+    cr_assert_eq(nf_session_set_prompt(s, toks, 20, marks, 3, NULL, NULL), 0, "%s", nf_error());
+    int64_t ck[4];
+    cr_assert_eq(nf_session_checkpoints(s, ck, 4), 2);
+    cr_assert_eq(ck[0], 13);
+    cr_assert_eq(ck[1], 20);
+    /* a divergence below every kept checkpoint resets and still gives the right logits */
+    int32_t alt[20];
+    memcpy(alt, toks, sizeof alt);
+    alt[10] = (alt[10] + 1) % 300;
+    nf_prefill_stats st;
+    cr_assert_eq(nf_session_set_prompt(s, alt, 20, NULL, 0, NULL, &st), 0);
+    cr_assert_eq(st.reused, 0);
+    nf_session *r = fresh(alt, 20);
+    assert_logits_eq(s, r);
+    nf_session_free(r);
+    /* reset: empty, no checkpoints */
+    nf_session_reset(s);
+    size_t n;
+    nf_session_tokens(s, &n);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(nf_session_checkpoints(s, ck, 4), 0);
+    cr_assert_null(nf_session_logits(s));
+    nf_session_free(s);
+}
+
+Test(session, sampler_replacement_and_generation_after_reuse) {
+    /* generation after a rollback sees the same sampler history as a fresh session with the same prompt */
+    nf_session *s = open_s(6), *r = open_s(6);
+    nf_sampler_params p = nf_sampler_defaults();
+    p.seed = 42;
+    p.repetition_penalty = 1.3f;
+    nf_session_set_sampler(s, &p);
+    nf_session_set_sampler(r, &p);
+    cr_assert_eq(nf_session_set_prompt(s, toks, 30, NULL, 0, NULL, NULL), 0);
+    nf_gen_opts g = {.max_tokens = 10, .ignore_stop = true};
+    cr_assert_eq(nf_session_generate(s, &g, NULL, NULL, NULL), 0);
+    cr_assert_eq(nf_session_set_prompt(s, toks, 25, NULL, 0, NULL, NULL), 0); /* back into the prompt */
+    nf_session_set_sampler(s, &p);                                             /* PRNG from the seed again */
+    cr_assert_eq(nf_session_set_prompt(r, toks, 25, NULL, 0, NULL, NULL), 0);
+    rec a = {.cancel_at = -1}, b = {.cancel_at = -1};
+    cr_assert_eq(nf_session_generate(s, &g, record, &a, NULL), 0);
+    cr_assert_eq(nf_session_generate(r, &g, record, &b, NULL), 0);
+    cr_assert_eq(a.n, 10);
+    cr_assert(!memcmp(a.ids, b.ids, sizeof a.ids[0] * 10));
+    nf_session_free(s);
+    nf_session_free(r);
+}
