@@ -39,7 +39,8 @@ const float *nf_cuda_vec(nf_cuda *c, const nf_tensor *t) {
     }
     float *d = nullptr;
     if (cudaMalloc((void **)&d, (size_t)n * sizeof(float) + 4) != cudaSuccess ||
-        cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+        cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
         free(h);
         if (d) cudaFree(d);
         nf_fail("tensor %s: out of device memory", t->name ? t->name : "?");
@@ -194,6 +195,8 @@ static int upload(nf_cuda *c) {
         size_t n = c->hsize - off < piece ? c->hsize - off : piece;
         NF_CU(cudaMemcpy(c->dweights + off, lo + off, n, cudaMemcpyHostToDevice));
     }
+    /* a pageable copy can return before its DMA completes; kernels run on a non-blocking stream */
+    NF_CU(cudaDeviceSynchronize());
     return 0;
 }
 

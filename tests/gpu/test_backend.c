@@ -55,6 +55,11 @@ static int n_failed;
         }                                                                                                    \
     } while (0)
 
+/* one line per model, printed together at the end */
+static char summary[64][200];
+static int n_summary;
+static int fails_before;
+
 static double tol_of(const char *recipe) {
     return !strcmp(recipe, "f32") || !strcmp(recipe, "bf16") ? 1e-4 : 1e-2;
 }
@@ -104,6 +109,9 @@ static void cu_check(pair_ctx *P, cudaError_t e, const char *what) {
 static void up(pair_ctx *P, const void *h, size_t bytes) {
     cu_check(P, cudaDeviceSynchronize(), "sync before upload");
     cu_check(P, cudaMemcpy(dev_of(P, h), h, bytes, cudaMemcpyHostToDevice), "upload");
+    /* a pageable upload may still be in flight when cudaMemcpy returns, and the backend's stream does not wait
+     * for the legacy stream */
+    cu_check(P, cudaDeviceSynchronize(), "sync after upload");
 }
 
 static double rel_err(const float *g, const float *c, size_t n) {
@@ -131,7 +139,8 @@ static void cmp(pair_ctx *P, int kind, const float *h, size_t n) {
     P->calls[kind]++;
 }
 
-/* Copy the host state (authoritative) to the GPU state, caches up to pos + T included. */
+/* Copy the host state (authoritative) to the GPU state, caches up to pos + T included (the GPU state gets room
+ * for the T new tokens; rows not yet written on the host are overwritten by the GPU block). */
 static void sync_state(pair_ctx *P, const nf_state *st, int T) {
     nf_state *g = P->gst;
     if (nf_state_reserve(g, st->pos + T) < 0) nf_die("%s", nf_error());
@@ -151,6 +160,7 @@ static void sync_state(pair_ctx *P, const nf_state *st, int T) {
             cu_check(P, cudaMemcpy(D->open_gate, S->open_gate, (size_t)st->kpool * st->idx_hd * f, cudaMemcpyHostToDevice), "state");
         }
     }
+    cu_check(P, cudaDeviceSynchronize(), "sync state");
     g->pos = st->pos;
 }
 
@@ -223,7 +233,7 @@ static int p_rmsnorm(nf_backend *be, const nf_tensor *w, const float *x, int T, 
 static int p_kda(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y) {
     pair_ctx *P = ctx_of(be);
     up(P, x, (size_t)T * HP->n_embd * sizeof(float));
-    sync_state(P, st, 0);
+    sync_state(P, st, T);
     if (P->gpu->kda_block(P->gpu, il, P->gst, dev_of(P, x), T, dev_of(P, y)) < 0) return -1;
     if (P->cpu->kda_block(P->cpu, il, st, x, T, y) < 0) return -1;
     cmp(P, B_KDA, y, (size_t)T * HP->n_embd);
@@ -236,7 +246,7 @@ static int p_kda(nf_backend *be, int il, nf_state *st, const float *x, int T, fl
 static int p_mla_project(nf_backend *be, int il, nf_state *st, const float *x, int T, float *qr, float *q) {
     pair_ctx *P = ctx_of(be);
     up(P, x, (size_t)T * HP->n_embd * sizeof(float));
-    sync_state(P, st, 0);
+    sync_state(P, st, T);
     if (P->gpu->mla_project(P->gpu, il, P->gst, dev_of(P, x), T, dev_of(P, qr), dev_of(P, q)) < 0) return -1;
     if (P->cpu->mla_project(P->cpu, il, st, x, T, qr, q) < 0) return -1;
     cmp(P, B_MLA_PROJ, qr, (size_t)T * HP->q_lora_rank);
@@ -314,6 +324,8 @@ static int p_head(nf_backend *be, const float *X, int T, float *logits) {
     return 0;
 }
 
+static long last_sel_bad;
+
 /* One prefill through the pair backend; prints the block table; returns the worst block error. */
 static double block_check(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, int n, double tol, int strict_sel) {
     pair_ctx P;
@@ -358,6 +370,7 @@ static double block_check(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, 
         if (!(P.err[k] <= worst)) worst = P.err[k];
     }
     printf("; sel rows differing %ld/%ld\n", P.sel_bad, P.sel_rows);
+    last_sel_bad = P.sel_bad;
     CHECK(worst <= tol, "block error %.3g > tolerance %.1g", worst, tol);
     if (strict_sel) CHECK(P.sel_bad == 0, "%ld of %ld selection rows differ from identical inputs", P.sel_bad, P.sel_rows);
     free(logits);
@@ -516,8 +529,10 @@ static void test_model(const char *label, const char *path, const char *recipe, 
     for (int i = 0; i < ntok; i++) tok[i] = tok_in[i] % V;
     const int n = ntok;
 
+    fails_before = n_failed;
     /* 1. blocks from identical inputs */
-    block_check(cpu, gpu, tok, n, tol, strict);
+    double blk = block_check(cpu, gpu, tok, n, tol, strict);
+    long blk_sel = last_sel_bad;
 
     /* 2. end to end */
     const int n_mla = nf_mla_layer_count(&m->hp), width = nf_topk_width(&m->hp);
@@ -537,7 +552,7 @@ static void test_model(const char *label, const char *path, const char *recipe, 
     if (strict) CHECK(sel_bad == 0, "%d selection rows differ", sel_bad);
 
     /* 3. GPU chunked and decode == one-shot, bit for bit */
-    int chunks[2] = {5, 1};
+    int chunks[2] = {5, 1}, chunk_ok = 1;
     for (int ci = 0; ci < (quick ? 1 : 2); ci++) {
         memset(sg2, 0, nsel * sizeof(int32_t));
         CHECK(prefill(gpu, tok, n, chunks[ci], g2, n_mla ? sg2 : NULL, n) == 0, "gpu chunked: %s", nf_error());
@@ -545,6 +560,7 @@ static void test_model(const char *label, const char *path, const char *recipe, 
         double d = rel_err(g2, g1, (size_t)n * V);
         printf("  gpu chunk %d vs one-shot: %s (max rel %.2e)\n", chunks[ci], same ? "bit-identical" : "DIFFERENT", d);
         CHECK(same, "gpu chunk %d differs from one-shot", chunks[ci]);
+        chunk_ok &= same;
     }
 
     /* 4. greedy */
@@ -565,7 +581,13 @@ static void test_model(const char *label, const char *path, const char *recipe, 
     CHECK(first < 0, "greedy tokens differ at step %d", first);
 
     /* 5. state */
+    int before_state = n_failed;
     state_checks(cpu, gpu, tok, quick ? 12 : 40, quick ? 4 : 16, tol);
+    if (n_summary < 64)
+        snprintf(summary[n_summary++], sizeof summary[0],
+                 "SUMMARY %-12s %-4s %s blocks %.1e sel %ld | e2e %.1e over %d/%d argmax %d/%d sel %d | chunk %s | greedy %s | state %s",
+                 label, recipe, n_failed == fails_before ? "ok  " : "FAIL", blk, blk_sel, e, over, n, am, n, sel_bad,
+                 chunk_ok ? "exact" : "DIFF", first < 0 ? "same" : "DIFF", n_failed == before_state ? "ok" : "FAIL");
 
     free(ref);
     free(g1);
@@ -587,6 +609,7 @@ static int run(const char *cmd) {
 
 int nf_gpu_test_backend(int quick) {
     n_failed = 0;
+    n_summary = 0;
     const char *build = getenv("NF_BUILD") ? getenv("NF_BUILD") : "build/cuda";
     char dir[] = "/tmp/nf-gpu-test.XXXXXX";
     if (!mkdtemp(dir)) nf_die("mkdtemp failed");
@@ -633,6 +656,7 @@ int nf_gpu_test_backend(int quick) {
     unlink(strcat(strcpy(path, dir), "/convert.log"));
     unlink(strcat(strcpy(path, dir), "/synth.log"));
     rmdir(dir);
+    for (int i = 0; i < n_summary; i++) printf("%s\n", summary[i]);
     printf("backend: %s (%d failed checks)\n", n_failed ? "FAIL" : "PASS", n_failed);
     return n_failed;
 }
