@@ -361,9 +361,27 @@ static double rate(int64_t n, double s) { return s > 0 ? (double)n / s : 0.0; }
 
 /* ---- prompts --------------------------------------------------------------------------------------------- */
 
+/* {"role": role, "content": text}, text made valid UTF-8 first (JSON strings must be; invalid bytes from a
+ * terminal or a file become U+FFFD). */
+static json_t *message(const char *role, const char *text) {
+    nf_utf8_asm a = {0};
+    size_t n1, n2;
+    const char *t1 = nf_utf8_feed(&a, text, strlen(text), &n1);
+    char *v = nf_xmalloc(n1 + 4);
+    memcpy(v, t1, n1);
+    const char *t2 = nf_utf8_flush(&a, &n2);
+    memcpy(v + n1, t2, n2);
+    json_t *m = json_object();
+    json_object_set_new(m, "role", json_string(role));
+    json_object_set_new(m, "content", json_stringn(v, n1 + n2));
+    free(v);
+    nf_utf8_free(&a);
+    return m;
+}
+
 static json_t *base_messages(const cli_opts *o) {
     json_t *m = json_array();
-    if (o->system) json_array_append_new(m, json_pack("{s:s,s:s}", "role", "system", "content", o->system));
+    if (o->system) json_array_append_new(m, message("system", o->system));
     return m;
 }
 
@@ -441,7 +459,7 @@ int nf_cmd_run(int argc, char **argv) {
         if (nf_tokenize_text(tok, o.prompt, strlen(o.prompt), &ids) < 0) goto done;
     } else {
         json_t *msgs = base_messages(&o);
-        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", o.prompt));
+        json_array_append_new(msgs, message("user", o.prompt));
         nf_chat_opts co = chat_opts(&o, o.think, true);
         nf_prompt p = {0};
         int r = nf_chat_render(msgs, NULL, &co, &p);
@@ -522,7 +540,7 @@ static void chat_turn(chat *c, const char *text) {
     if (nf_session_checkpoint(s) < 0) fprintf(stderr, "warning: %s\n", nf_error());
 
     json_t *next = json_deep_copy(c->msgs);
-    json_array_append_new(next, json_pack("{s:s,s:s}", "role", "user", "content", text));
+    json_array_append_new(next, message("user", text));
     nf_chat_opts co_new = chat_opts(c->o, c->think, true), co_old = chat_opts(c->o, c->think, false);
     nf_prompt pn = {0}, po = {0};
     nf_tokens ids = {0};
@@ -571,7 +589,7 @@ static void chat_turn(chat *c, const char *text) {
         sink_free(&k);
         return;
     }
-    json_t *am = json_pack("{s:s,s:s}", "role", "assistant", "content", k.content ? k.content : "");
+    json_t *am = message("assistant", k.content ? k.content : "");
     if (k.n_reasoning) json_object_set_new(am, "reasoning_content", json_string(k.reasoning));
     if (json_array_size(k.tool_calls)) json_object_set(am, "tool_calls", k.tool_calls);
     json_array_append_new(next, am);

@@ -218,3 +218,16 @@ def test_chat_ctrl_c_at_the_prompt_exits(model):
         assert st is not None and os.WIFEXITED(st) and os.WEXITSTATUS(st) == 130, (st, p.buf)
     finally:
         p.kill()
+
+
+def test_invalid_utf8_input_is_accepted(model, tmp_path):
+    # a prompt with invalid UTF-8 (Latin-1 bytes) is made valid (U+FFFD), not dropped
+    f = tmp_path / "p.txt"
+    f.write_bytes(b"caf\xe9 \xff")
+    r = nf("run", "-m", model, "-f", str(f), "-n", "3", "--temp", "0", "-t", "1")
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"prefill: (\d+) tokens", r.stderr.decode())
+    assert int(m.group(1)) > 10
+    r = nf("chat", "-m", model, "-n", "3", "-t", "1", input=b"caf\xe9\n/ctx\n")
+    assert r.returncode == 0, r.stderr
+    assert "2 messages" in r.stdout.decode()
