@@ -108,8 +108,8 @@ typedef struct {
 /* Append n tokens to the live state (chunked prefill). `cancel` (may be NULL) is checked between chunks: when
  * set, the call returns 1 with the tokens of the completed chunks consumed (the invariants hold). `marks`
  * (ascending absolute positions, may be NULL) are positions within the new tokens where a checkpoint is taken
- * (chunks are split there). Returns 0, 1 (cancelled) or -1 (nf_error(): token out of range, context full,
- * backend failure — the session is then reset). */
+ * (chunks are split there). Returns 0, 1 (cancelled) or -1 with nf_error(): a token out of range or a prompt
+ * beyond n_ctx (nothing done), or a backend failure (the session is then reset to empty). */
 int nf_session_prefill(nf_session *s, const int32_t *ids, size_t n, const int64_t *marks, int n_marks,
                        volatile sig_atomic_t *cancel, nf_prefill_stats *st);
 
