@@ -152,7 +152,7 @@ int nf_cmd_render(int argc, char **argv) {
             fprintf(stderr,
                     "usage: nf render --messages FILE.json [--tools FILE.json] [--no-think] [--effort low|high]\n"
                     "                 [--clear-thinking] [--no-generation-prompt] [-m MODEL --ids]\n"
-                    "  FILE.json: a messages array, or a request object with \"messages\" (and \"tools\")\n"
+                    "  FILE.json: a messages array, or a request object with \"messages\" (and \"tools\"); - = stdin\n"
                     "  prints the prompt text exactly (no newline added); --ids prints token ids instead\n");
             return 2;
         }
@@ -160,7 +160,8 @@ int nf_cmd_render(int argc, char **argv) {
     if (!msgs_path) nf_die("render: --messages FILE.json is required");
     if (ids && !model) nf_die("render: --ids needs -m MODEL for the tokenizer");
     json_error_t e;
-    json_t *root = json_load_file(msgs_path, JSON_DECODE_ANY, &e);
+    json_t *root = strcmp(msgs_path, "-") == 0 ? json_loadf(stdin, JSON_DECODE_ANY, &e)
+                                               : json_load_file(msgs_path, JSON_DECODE_ANY, &e);
     if (!root) nf_die("%s: %s (line %d)", msgs_path, e.text, e.line);
     json_t *messages = root, *tools = NULL, *tools_root = NULL;
     if (json_is_object(root)) {
