@@ -58,6 +58,7 @@ bool nf_req_is_billing_header(const char *s, size_t n) {
 /* ---- small typed getters: each returns 0 (value or absent) or -1 with the error naming path.key ---- */
 
 static const char *tname(const json_t *v) {
+    if (!v) return "nothing";
     switch (json_typeof(v)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";
@@ -1018,7 +1019,10 @@ int nf_req_parse(nf_api api, const char *body, size_t len, bool count_only, nf_s
     r->thinking = true;
     r->messages = json_array();
     json_t *root = nf_req_load_json(body, len, e);
-    if (!root) return -1;
+    if (!root) {
+        nf_req_free(r);
+        return -1;
+    }
     const char *model;
     int rc = -1;
     if (get_str(e, root, "model", "model", &model) < 0) goto out;
