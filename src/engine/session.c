@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cpu/backend_cpu.h"
+#include "engine/spec.h"
 #include "model/forward.h"
 #include "model/state.h"
 #include "util/error.h"
@@ -50,6 +51,8 @@ struct nf_session {
     bool prefill_since_gen;
 
     nf_utf8_asm utf;
+
+    nf_spec *spec;     /* optional speculative decoder (nf_session_set_spec; spec.h) */
 };
 
 static double now_s(void) {
@@ -237,6 +240,7 @@ static void drop_ckpts_from(nf_session *s, int k) {
 
 void nf_session_free(nf_session *s) {
     if (!s) return;
+    nf_spec_free(s->spec);
     drop_ckpts_from(s, 0);
     free(s->cks);
     nf_sampler_free(s->smp);
@@ -406,6 +410,8 @@ int nf_session_set_prompt(nf_session *s, const int32_t *ids, size_t n, const int
     memset(st, 0, sizeof *st);
     double t_start = now_s();
     if (n == 0) return nf_fail("set_prompt: empty prompt");
+    if ((int64_t)n > s->n_ctx) /* refuse before touching the state */
+        return nf_fail("set_prompt: %zu tokens exceed the context size %lld", n, (long long)s->n_ctx);
     size_t c = 0;
     while (c < n && c < s->n_hist && s->hist[c] == ids[c]) c++;
     /* keep c tokens; when the prompt is a strict prefix of the history we still need the logits after ids[n-1] */
@@ -462,6 +468,56 @@ static void sync_sampler(nf_session *s) {
     s->smp_synced = s->n_hist;
 }
 
+/* ---- speculative decoding hook (spec.h) ------------------------------------------------------------------- */
+
+void nf_session_set_spec(nf_session *s, nf_spec *sp) {
+    if (s->spec && s->spec != sp) nf_spec_free(s->spec);
+    s->spec = sp;
+    if (sp && s->tok) nf_spec_set_think_ids(sp, nf_token_id(s->tok, "<think>"), nf_token_id(s->tok, "</think>"));
+}
+
+nf_spec *nf_session_spec(nf_session *s) { return s->spec; }
+
+static bool spec_is_stop(void *user, int32_t id) { return nf_session_is_stop(user, id); }
+
+/* Feed `tok` through the speculative decoder and emit the verified drafts it commits with it (each one is a
+ * generated token: callback, history, stats). A callback stop in the middle of a block truncates the state to
+ * the emitted tokens. 0 or -1. */
+static int spec_feed(nf_session *s, const nf_gen_opts *g, int32_t tok, nf_token_fn cb, void *user, nf_gen_stats *st,
+                     int *stop_req) {
+    int64_t room = s->n_ctx - (int64_t)s->n_hist - 1; /* tokens that may follow tok */
+    int64_t left = g->max_tokens > 0 ? g->max_tokens - st->n_tokens : room;
+    int64_t mx = room < left ? room : left;
+    if (mx > 32) mx = 32;
+    if (mx < 0) mx = 0;
+    nf_spec_io io = {.be = s->be, .st = s->st, .hist = s->hist, .n_hist = s->n_hist, .logits = s->logits,
+                     .smp = s->smp, .sp = &s->sp, .is_stop = g->ignore_stop ? NULL : spec_is_stop, .user = s};
+    int32_t extra[32];
+    int ne = 0;
+    if (nf_spec_feed(s->spec, &io, tok, (int)mx, extra, &ne) < 0) return -1;
+    hist_push(s, &tok, 1);
+    st->n_decoded++;
+    for (int i = 0; i < ne; i++) {
+        nf_gen_token ev = {.id = extra[i], .index = st->n_tokens};
+        size_t blen = 0;
+        const char *bytes = s->tok ? nf_token_bytes(s->tok, extra[i], &blen) : NULL;
+        ev.text = nf_utf8_feed(&s->utf, bytes ? bytes : "", bytes ? blen : 0, &ev.len);
+        st->n_tokens++;
+        hist_push(s, &extra[i], 1);
+        st->n_decoded++;
+        if (cb && cb(user, &ev)) {
+            *stop_req = 1;
+            if (i + 1 < ne) { /* drop the fed but unemitted rest of the block */
+                if (nf_spec_truncate(s->spec, &io, i + 1) < 0) return -1;
+                s->smp_dirty = true; /* the sampler saw the whole block: rebuild it from the history */
+            }
+            break;
+        }
+    }
+    if (!s->smp_dirty) s->smp_synced = s->n_hist;
+    return 0;
+}
+
 int nf_session_generate(nf_session *s, const nf_gen_opts *gp, nf_token_fn cb, void *user, nf_gen_stats *stp) {
     nf_gen_opts g;
     memset(&g, 0, sizeof g);
@@ -476,12 +532,14 @@ int nf_session_generate(nf_session *s, const nf_gen_opts *gp, nf_token_fn cb, vo
     s->prefill_since_gen = false;
     sync_sampler(s);
     s->utf.n_pend = 0;
+    if (s->spec) nf_spec_begin(s->spec);
     int rc = 0;
     for (;;) {
         if (g.cancel && *g.cancel) { st->stop = NF_STOP_CANCEL; break; }
         if (g.max_tokens > 0 && st->n_tokens >= g.max_tokens) { st->stop = NF_STOP_MAX_TOKENS; break; }
         if ((int64_t)s->n_hist >= s->n_ctx) { st->stop = NF_STOP_CTX_FULL; break; }
-        int32_t tok = nf_sampler_sample(s->smp, s->logits);
+        int32_t tok = s->spec ? nf_spec_take_pending(s->spec) : -1; /* a token a spec cycle already chose */
+        if (tok < 0) tok = nf_sampler_sample(s->smp, s->logits);
         if (st->n_tokens == 0) {
             t_first = now_s();
             st->ttft_s = t_first - t_from;
@@ -500,6 +558,17 @@ int nf_session_generate(nf_session *s, const nf_gen_opts *gp, nf_token_fn cb, vo
         }
         int stop_req = cb ? cb(user, &ev) : 0;
         nf_sampler_accept(s->smp, tok);
+        if (s->spec && !stop_req) { /* feed tok plus any verified drafts (emitted here) */
+            if (spec_feed(s, &g, tok, cb, user, st, &stop_req) < 0) {
+                nf_fail_prefix("generate (speculative)");
+                nf_session_reset(s);
+                st->stop = NF_STOP_ERROR;
+                rc = -1;
+                break;
+            }
+            if (stop_req) { st->stop = NF_STOP_CALLBACK; break; }
+            continue;
+        }
         if (nf_forward(s->be, s->st, &tok, 1, s->logits, 0, NULL) < 0) {
             nf_fail_prefix("generate");
             nf_session_reset(s);
