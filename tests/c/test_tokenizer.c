@@ -210,3 +210,49 @@ Test(tokenizer, gguf_meta_roundtrip_and_rejects) {
     cr_assert_eq(nf_tokenizer_write_gguf_meta("/nonexistent-dir", NULL), -1);
     cr_assert(strstr(nf_error(), "/nonexistent-dir") != NULL, "%s", nf_error());
 }
+
+/* tokenizer.json variants GLM does not use are refused, each with a message saying what */
+static const char *write_json(const char *dir, const char *body) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(body, f);
+    fclose(f);
+    return path;
+}
+
+Test(tokenizer, hf_reader_refuses_what_glm_does_not_use) {
+    char dir[] = "/tmp/nf-test-hf-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    const char *pre_ok = "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":"
+                         "{\"Regex\":\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?"
+                         "[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},\"behavior\":\"Isolated\","
+                         "\"invert\":false},{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]}";
+    char buf[4096];
+    struct { const char *model, *pre, *norm, *want; } cases[] = {
+        {"{\"type\":\"WordPiece\",\"vocab\":{}}", pre_ok, "null", "WordPiece"},
+        {"{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[],\"byte_fallback\":true}", pre_ok, "null", "byte_fallback"},
+        {"{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}", pre_ok, "{\"type\":\"NFC\"}", "normalizer"},
+        {"{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}", "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"use_regex\":true}",
+         "null", "pre_tokenizer"},
+        {"{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}",
+         "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\s+\"},"
+         "\"behavior\":\"Isolated\"},{\"type\":\"ByteLevel\"}]}", "null", "regex"},
+        {"{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}", pre_ok, "null", "byte 0x00"}, /* loads, then no byte tokens */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(buf, sizeof buf, "{\"model\":%s,%s,\"normalizer\":%s,\"added_tokens\":[]}", cases[i].model, cases[i].pre,
+                 cases[i].norm);
+        write_json(dir, buf);
+        cr_assert_null(nf_tokenizer_load_hf(dir), "case %zu loaded", i);
+        cr_assert(strstr(nf_error(), cases[i].want) != NULL, "case %zu: '%s' lacks '%s'", i, nf_error(), cases[i].want);
+    }
+    write_json(dir, "{\"model\": [");
+    cr_assert_null(nf_tokenizer_load_hf(dir));
+    cr_assert(strstr(nf_error(), "tokenizer.json") != NULL);
+    char path[300];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
