@@ -13,6 +13,7 @@
 
 int main(int argc, char **argv) {
     nf_progname = "nf-gpu-tests";
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut short by a time limit keeps every finished line */
     int bench = 0, quick = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {

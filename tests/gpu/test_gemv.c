@@ -108,6 +108,7 @@ static void bench_type(uint32_t type, FILE *csv) {
     double us = 1000.0 * ms / iters, gbps = bytes / (us * 1e3);
     printf("bench %-8s %lldx%lld  %8.2f us  %7.0f GB/s\n", nf_type_get(type)->name, (long long)rows, (long long)cols, us, gbps);
     if (csv) fprintf(csv, "%s,%lld,%lld,%zu,%.3f,%.1f\n", nf_type_get(type)->name, (long long)rows, (long long)cols, bytes, us, gbps);
+    if (csv) fflush(csv);
     for (int i = 0; i < copies; i++) cudaFree(dw[i]);
     free(dw); cudaFree(dx); cudaFree(dy); free(w);
     cudaEventDestroy(a); cudaEventDestroy(b);
