@@ -8,6 +8,8 @@
 #include <time.h>
 
 #include "server/metrics.h"
+#include "server/sse.h"
+#include "server/tool_replay.h"
 #include "text/output_parser.h"
 #include "util/error.h"
 
@@ -122,6 +124,8 @@ typedef struct {
     char *pend;       /* visible text held back while it could still begin a stop sequence */
     size_t npend, cap;
     size_t max_stop;
+    nf_buf reasoning, text; /* the whole turn as the client will see it (tool replay) */
+    json_t *calls;          /* [{id, function:{name, arguments}}] */
 } gen_ctx;
 
 static void random_id(char *out, const char *prefix) {
@@ -140,6 +144,7 @@ static void random_id(char *out, const char *prefix) {
 
 static void emit_text(gen_ctx *c, nf_ev_kind kind, const char *s, size_t n) {
     if (!n) return;
+    nf_buf_add(kind == NF_EV_REASONING ? &c->reasoning : &c->text, s, n);
     nf_ev *e = nf_xcalloc(1, sizeof *e);
     e->kind = kind;
     e->text = nf_xmalloc(n + 1);
@@ -222,6 +227,8 @@ static void on_parsed(void *user, const nf_out_event *ev) {
         random_id(id, c->job->req.api == NF_API_ANTHROPIC ? "toolu_" : "call_");
         e->id = nf_xstrdup(id);
         c->n_tools++;
+        json_array_append_new(c->calls, json_pack("{s:s,s:{s:s,s:O}}", "id", id, "function", "name", ev->name,
+                                                  "arguments", ev->arguments));
         job_push(c->job, e);
         break;
     }
@@ -265,6 +272,26 @@ static void tokenize_forced(const nf_tokenizer *tk, const char *s, nf_tokens *ou
     if (n > start) nf_tokenize_text(tk, s + start, n - start, out);
 }
 
+/* Store the exact tokens of this tool-call turn under its tool ids (tool_replay.h): from after the prompt's
+ * last <|assistant|> to the end of the live history (the stop token was not fed). */
+static void remember_turn(nf_session *s, const nf_job *j, gen_ctx *c) {
+    int32_t asst = nf_token_id(nf_session_tokenizer(s), "<|assistant|>");
+    size_t a = j->n_tokens;
+    while (a > 0 && j->tokens[a - 1] != asst) a--;
+    if (a == 0) return;
+    size_t nh;
+    const int32_t *h = nf_session_tokens(s, &nh);
+    if (nh <= a || memcmp(h, j->tokens, a * sizeof *h)) return;
+    size_t n_ids = json_array_size(c->calls), i;
+    const char **ids = nf_xmalloc(n_ids * sizeof *ids);
+    json_t *call;
+    json_array_foreach(c->calls, i, call) ids[i] = json_string_value(json_object_get(call, "id"));
+    char *canon = nf_replay_canon(c->reasoning.s ? c->reasoning.s : "", c->text.s ? c->text.s : "", c->calls);
+    nf_replay_store(ids, (int)n_ids, h + a, nh - a, canon);
+    free(canon);
+    free(ids);
+}
+
 static void run_job(nf_worker *w, nf_job *j) {
     nf_session *s = w->s;
     nf_job_result *r = &j->res;
@@ -301,7 +328,7 @@ static void run_job(nf_worker *w, nf_job *j) {
         return;
     }
 
-    gen_ctx c = {.job = j, .s = s};
+    gen_ctx c = {.job = j, .s = s, .calls = json_array()};
     for (int i = 0; i < j->req.n_stop; i++) {
         size_t l = strlen(j->req.stop[i]);
         if (l > c.max_stop) c.max_stop = l;
@@ -362,6 +389,10 @@ static void run_job(nf_worker *w, nf_job *j) {
     } else {
         r->finish = NF_FIN_STOP;
     }
+    if (r->finish == NF_FIN_TOOL_CALLS) remember_turn(s, j, &c);
+    nf_buf_free(&c.reasoning);
+    nf_buf_free(&c.text);
+    json_decref(c.calls);
 }
 
 static void *worker_main(void *arg) {

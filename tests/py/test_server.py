@@ -315,3 +315,26 @@ def test_keepalive_and_opening_event(srv):
         blocker.close()
     finally:
         s2.stop()
+
+
+def test_tool_replay_exact_bytes(srv, ac):
+    """The model's own formatting of a tool-call turn (newlines, padded values) differs from the template's
+    rendering of the client's echo; the exact sampled tokens are replayed by tool id, so the next turn still
+    reuses everything. An edited echo falls back to the template's rendering (and the turn-start checkpoint)."""
+    force = ("ok</think>\nLet me check.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+             "<arg_key>days</arg_key>\n<arg_value> 3 </arg_value>\n</tool_call><|observation|>")
+    msgs = [{"role": "user", "content": "Weather in Paris, please (replay test)?"}]
+    r1 = ac.messages.create(model="m", max_tokens=100, messages=msgs, tools=TOOLS_A, extra_body={"nf_force_output": force})
+    tu = r1.content[-1]
+    assert tu.input == {"city": "Paris", "days": 3}
+    p1 = r1.usage.input_tokens + r1.usage.cache_read_input_tokens
+    msgs.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r1.content]})
+    msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": tu.id, "content": "sunny"}]})
+    r2 = ac.messages.create(model="m", max_tokens=100, messages=msgs, tools=TOOLS_A, extra_body={"nf_force_output": force})
+    assert r2.usage.cache_read_input_tokens == p1 + r1.usage.output_tokens - 1  # all but the unfed stop token
+    # edit the echoed text: no replay, the prompt diverges inside the old turn
+    edited = [dict(m) for m in msgs]
+    edited[1] = {"role": "assistant", "content": [dict(b) for b in edited[1]["content"]]}
+    edited[1]["content"][1]["text"] = "Let me look."
+    r3 = ac.messages.create(model="m", max_tokens=5, messages=edited, tools=TOOLS_A)
+    assert p1 <= r3.usage.cache_read_input_tokens < p1 + r1.usage.output_tokens - 1
