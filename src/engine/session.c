@@ -6,6 +6,7 @@
  * chunk, so a cancel between chunks keeps the rule); generate feeds each emitted non-stop token back before
  * looking at the cancel flag again; a rollback restores the logits saved with the checkpoint. */
 #include "engine/session.h"
+#include "engine/session_io.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -589,4 +590,28 @@ int nf_session_generate(nf_session *s, const nf_gen_opts *gp, nf_token_fn cb, vo
     }
     st->decode_s = st->n_tokens ? now_s() - t_first : 0;
     return rc;
+}
+
+/* ---- whole-state export / import (engine/session_io.h; the server's on-disk state cache) ----------------------- */
+
+const nf_state *nf_session_state(const nf_session *s) { return s->st; }
+
+int nf_session_adopt(nf_session *s, const int32_t *ids, size_t n, const nf_state *st, const float *logits) {
+    if (n == 0 || st->pos != (int64_t)n) return nf_fail("adopt: the state holds %lld tokens, not %zu", (long long)st->pos, n);
+    if ((int64_t)n > s->n_ctx) return nf_fail("adopt: %zu tokens exceed the context size %lld", n, (long long)s->n_ctx);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->n_vocab) return nf_fail("adopt: token id %d out of range", ids[i]);
+    nf_session_reset(s);
+    if (nf_state_restore(s->st, st) < 0) {
+        nf_session_reset(s);
+        return -1;
+    }
+    hist_push(s, ids, n);
+    memcpy(s->logits, logits, (size_t)s->n_vocab * sizeof(float));
+    s->have_logits = true;
+    if (nf_session_checkpoint(s) < 0) {
+        nf_session_reset(s);
+        return -1;
+    }
+    return 0;
 }
