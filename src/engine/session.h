@@ -172,6 +172,16 @@ typedef struct {
  * Returns 0 (see stats->stop for why it stopped) or -1 with nf_error(). */
 int nf_session_generate(nf_session *s, const nf_gen_opts *g, nf_token_fn cb, void *user, nf_gen_stats *stats);
 
+/* ---- speculative decoding (engine/spec.h) -------------------------------------------------------------------
+ * Attach a speculative decoder (the session takes ownership; NULL detaches and frees the previous one). Every
+ * generate call then starts a new request for its admission controller (nf_spec_begin) and feeds each sampled
+ * token through nf_spec_feed, which may commit a block of verified drafts at once: those are emitted like any
+ * generated token. Greedy output is byte-identical to the session without a decoder; with a temperature the
+ * output distribution is the same. The cancel flag is checked before every block (not inside one). */
+struct nf_spec;
+void nf_session_set_spec(nf_session *s, struct nf_spec *sp);
+struct nf_spec *nf_session_spec(nf_session *s);
+
 /* ---- UTF-8 assembly (exposed for tests) --------------------------------------------------------------------
  * Feed bytes, get back the longest run of complete characters; an incomplete tail is kept for the next feed.
  * Invalid bytes become U+FFFD (EF BF BD). */
