@@ -9,6 +9,7 @@
 #   make cuda       CUDA build (compiles anywhere nvcc is installed)
 #   make test       prerequisites, then C tests (Criterion), Python cross-checks (pytest), short fuzz run
 #   make run        prerequisites, then a one-shot generation with the embedded default model
+#   make qa         exactness tests + nf-score ladder of the embedded model vs the recorded baseline (docs/quality.md)
 #   make fuzz       libFuzzer targets under $(BUILD)/fuzz (FUZZ_SECONDS=600 make fuzz-run for a long run)
 #   make clean
 
@@ -41,7 +42,7 @@ CUDA_TOOLS:= $(TOOL_SRC:tools/%.c=$(BUILD)/cuda/%)
 CUDA_LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/cuda/%.o)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 
-.PHONY: all cuda gpu-test test test-c test-py test-fuzz run deps fuzz fuzz-run clean
+.PHONY: all cuda gpu-test test test-c test-py test-fuzz run deps fuzz fuzz-run clean qa
 all: $(TOOLS) $(BUILD)/libnf.so $(BUILD)/nf-ab
 
 # nf-ab (A/B harness) is a shell entry point, scripts/nf-ab (logic in scripts/ab/, docs/ab.md); the build dir gets
@@ -110,6 +111,13 @@ test-c: $(BUILD)/nf-tests $(TOOLS)
 
 test-py: $(TOOLS) $(BUILD)/libnf.so
 	NF_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/py
+
+# Quality gate (docs/quality.md): the exactness tests against transformers, then every recipe of the embedded model
+# scored with nf-score on the whole reference set and checked against tests/data/score/baseline.json.
+qa: deps $(TOOLS) $(BUILD)/libnf.so
+	NF_BUILD=$(BUILD) $(PYTHON) -m pytest -q tests/py/test_forward.py tests/py/test_tiny_reference.py \
+	  tests/py/test_quantize.py tests/py/test_score.py
+	NF_BUILD=$(BUILD) $(PYTHON) scripts/qa_score.py --build $(BUILD)
 
 # ---- fuzzing (clang + libFuzzer) --------------------------------------------------------------------
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
