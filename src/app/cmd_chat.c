@@ -31,6 +31,7 @@
 #include "cuda/backend_cuda.h"
 #endif
 #include "engine/session.h"
+#include "engine/spec.h"
 #include "text/chat_template.h"
 #include "text/output_parser.h"
 #include "text/tokenizer.h"
@@ -73,6 +74,9 @@ typedef struct {
     int threads;
     int64_t ctx;
     nf_sampler_params sp;
+    const char *draft;      /* --draft lookup|mtp|model:FILE (NULL: no speculative decoding) */
+    int draft_max;          /* --draft-max K (<= 0: the default) */
+    const char *spec_mode;  /* --spec-mode serial|conservative|speculative */
 } cli_opts;
 
 static void usage(FILE *f, bool chat) {
@@ -101,7 +105,11 @@ static void usage(FILE *f, bool chat) {
                "      --ignore-stop     do not stop at stop tokens (benchmarks; -n still applies)\n"
                "  -t, --threads N       CPU threads (default: NF_THREADS or all cores)\n"
                "      --backend B       cpu (default) or cuda (GPU builds only: make cuda, build/cuda/nf)\n"
-               "  -c, --ctx N           context size in tokens (default: min(model context, 4096))\n",
+               "  -c, --ctx N           context size in tokens (default: min(model context, 4096))\n"
+               "      --draft D         speculative decoding with drafter D: lookup (prompt n-grams), mtp, or\n"
+               "                        model:FILE (a draft GGUF with the same tokenizer); see docs/speculative.md\n"
+               "      --draft-max K     drafts verified per cycle (default 6)\n"
+               "      --spec-mode M     serial | conservative (default: speculate while it pays) | speculative\n",
             chat ? 1024 : 256);
 }
 
@@ -161,6 +169,17 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
         else if (OPT(NULL, "--repeat-last-n")) { NEED(); o->sp.penalty_last_n = atoi(v); }
         else if (OPT("-t", "--threads")) { NEED(); o->threads = atoi(v); }
         else if (OPT("-c", "--ctx")) { NEED(); o->ctx = atoll(v); }
+        else if (OPT(NULL, "--draft")) { NEED(); o->draft = v; }
+        else if (OPT(NULL, "--draft-max")) { NEED(); o->draft_max = atoi(v); }
+        else if (OPT(NULL, "--spec-mode")) {
+            NEED();
+            nf_spec_mode m;
+            if (nf_spec_mode_parse(v, &m) < 0) {
+                fprintf(stderr, "%s: --spec-mode: %s\n", nf_progname, nf_error());
+                return 2;
+            }
+            o->spec_mode = v;
+        }
         else {
             fprintf(stderr, "%s %s: unknown or incomplete option '%s'\n", nf_progname, chat ? "chat" : "run", a);
             usage(stderr, chat);
@@ -220,6 +239,18 @@ static nf_session *open_session(const cli_opts *o) {
         nf_session_free(s);
         nf_fail("%s has no tokenizer metadata: pass --tokenizer (a GGUF or tokenizer.json)", path);
         return NULL;
+    }
+    if (o->draft) { /* speculative decoding (engine/spec.h) */
+        nf_drafter *d = nf_drafter_from_spec(o->draft, nf_session_model(s), o->threads);
+        if (!d) {
+            nf_session_free(s);
+            return NULL;
+        }
+        nf_spec_params sp = nf_spec_defaults();
+        if (o->draft_max > 0) sp.draft_max = o->draft_max;
+        if (o->spec_mode) nf_spec_mode_parse(o->spec_mode, &sp.mode);
+        sp.seed = o->sp.seed;
+        nf_session_set_spec(s, nf_spec_new(d, &sp));
     }
     return s;
 }
@@ -492,6 +523,11 @@ int nf_cmd_run(int argc, char **argv) {
     fprintf(stderr, "decode: %lld tokens in %.3f s (%.1f tokens/s), time to first token %.3f s, stop: %s\n",
             (long long)gs.n_tokens, gs.decode_s, rate(gs.n_decoded, gs.decode_s), gs.ttft_s,
             nf_stop_reason_name(gs.stop));
+    if (nf_session_spec(s)) {
+        char line[512];
+        nf_spec_stats_line(nf_session_spec(s), line, sizeof line);
+        fprintf(stderr, "%s\n", line);
+    }
     rc = gs.stop == NF_STOP_CANCEL ? 130 : 0;
 done:
     if (rc == 1) fprintf(stderr, "%s: error: %s\n", nf_progname, nf_error());
