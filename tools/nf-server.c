@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "engine/session.h"
+#include "server/disk_cache.h"
 #include "server/http.h"
 #include "server/worker.h"
 #include "util/error.h"
@@ -35,6 +37,9 @@ static void usage(void) {
             "  --keepalive S          streaming keepalive interval in seconds (default 5)\n"
             "  --max-connections N    concurrent connections (default 64)\n"
             "  --checkpoints N        state checkpoints kept for prefix reuse (default 16)\n"
+            "  --kv-disk-dir DIR      save states to DIR at prompt ends and resume from them (survives restarts)\n"
+            "  --kv-disk-space-mb N   disk budget of DIR (default 4096; least recently used files go first)\n"
+            "  --kv-disk-min-tokens N only save prompts of at least N tokens (default 512)\n"
             "  --allow-forced-output  honour the request field nf_force_output (tests only)\n");
 }
 
@@ -44,6 +49,8 @@ int main(int argc, char **argv) {
     nf_session_opts sess = nf_session_opts_default();
     sess.max_checkpoints = 16;
     nf_worker_opts wo = {0};
+    const char *disk_dir = NULL;
+    long long disk_mb = 4096, disk_min = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -63,6 +70,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max-connections") && more) so.max_connections = atoi(argv[++i]);
         else if (!strcmp(a, "--checkpoints") && more) sess.max_checkpoints = atoi(argv[++i]);
         else if (!strcmp(a, "--allow-forced-output")) wo.allow_forced_output = true;
+        else if (!strcmp(a, "--kv-disk-dir") && more) disk_dir = argv[++i];
+        else if (!strcmp(a, "--kv-disk-space-mb") && more) disk_mb = atoll(argv[++i]);
+        else if (!strcmp(a, "--kv-disk-min-tokens") && more) disk_min = atoll(argv[++i]);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
         else { usage(); fprintf(stderr, "nf-server: unknown or incomplete option %s\n", a); return 2; }
     }
@@ -85,6 +95,17 @@ int main(int argc, char **argv) {
         if (n > 5 && !strcmp(idbuf + n - 5, ".gguf")) idbuf[n - 5] = 0;
         model_id = idbuf;
     }
+    if (disk_dir) {
+        /* model fingerprint: file size, dimensions, vocabulary (states of another model are never loaded) */
+        struct stat mst;
+        const nf_hparams *hp = &nf_session_model(s)->hp;
+        uint64_t fp = NF_FNV_INIT;
+        if (stat(model, &mst) == 0) fp = nf_fnv1a(fp, &mst.st_size, sizeof mst.st_size);
+        int dims[] = {hp->n_layer, hp->n_embd, hp->n_vocab, hp->kv_lora_rank, hp->kda_n_head, hp->kda_head_dim};
+        fp = nf_fnv1a(fp, dims, sizeof dims);
+        wo.disk = nf_disk_cache_open(disk_dir, (uint64_t)disk_mb << 20, fp, disk_min);
+        if (!wo.disk) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 1; }
+    }
     nf_worker *w = nf_worker_start(s, &wo);
     if (!w) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 1; }
     so.model_id = model_id;
@@ -101,5 +122,6 @@ int main(int argc, char **argv) {
     nf_server_stop(srv);
     nf_worker_stop(w);
     nf_session_free(s);
+    nf_disk_cache_close(wo.disk);
     return 0;
 }

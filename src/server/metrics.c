@@ -16,7 +16,7 @@ void nf_metric_add(nf_metric m, int64_t v) {
 int64_t nf_metric_get(nf_metric m) { return (unsigned)m < NF_M_COUNT ? atomic_load(&counters[m]) : 0; }
 
 char *nf_metrics_render(int queue, int busy, int64_t n_ctx) {
-    size_t cap = 4096;
+    size_t cap = 8192;
     char *s = nf_xmalloc(cap);
     double pre_s = nf_metric_get(NF_M_PREFILL_US) / 1e6, dec_s = nf_metric_get(NF_M_DECODE_US) / 1e6;
     int64_t pre_t = nf_metric_get(NF_M_PREFILL_TOKENS), gen_t = nf_metric_get(NF_M_GEN_TOKENS);
@@ -48,6 +48,10 @@ char *nf_metrics_render(int queue, int busy, int64_t n_ctx) {
              "nf_prefill_tokens_per_second %.3f\n"
              "# HELP nf_decode_tokens_per_second Decode rate over the process lifetime.\n# TYPE nf_decode_tokens_per_second gauge\n"
              "nf_decode_tokens_per_second %.3f\n"
+             "# HELP nf_disk_cache_hits_total Jobs that resumed from a state saved on disk.\n# TYPE nf_disk_cache_hits_total counter\n"
+             "nf_disk_cache_hits_total %lld\n"
+             "# HELP nf_disk_cache_saves_total States saved to disk.\n# TYPE nf_disk_cache_saves_total counter\n"
+             "nf_disk_cache_saves_total %lld\n"
              "# HELP nf_queue_length Jobs waiting for the worker.\n# TYPE nf_queue_length gauge\n"
              "nf_queue_length %d\n"
              "# HELP nf_worker_busy 1 while the worker runs a job.\n# TYPE nf_worker_busy gauge\n"
@@ -59,6 +63,7 @@ char *nf_metrics_render(int queue, int busy, int64_t n_ctx) {
              (long long)nf_metric_get(NF_M_GENERATIONS), (long long)nf_metric_get(NF_M_CANCELLED),
              (long long)nf_metric_get(NF_M_PROMPT_TOKENS), (long long)nf_metric_get(NF_M_CACHED_TOKENS),
              (long long)pre_t, (long long)gen_t, (long long)nf_metric_get(NF_M_CACHE_HITS), pre_s, dec_s,
-             pre_s > 0 ? pre_t / pre_s : 0.0, dec_s > 0 ? gen_t / dec_s : 0.0, queue, busy, (long long)n_ctx);
+             pre_s > 0 ? pre_t / pre_s : 0.0, dec_s > 0 ? gen_t / dec_s : 0.0,
+             (long long)nf_metric_get(NF_M_DISK_HITS), (long long)nf_metric_get(NF_M_DISK_SAVES), queue, busy, (long long)n_ctx);
     return s;
 }

@@ -22,6 +22,8 @@ typedef enum {
     NF_M_CACHE_HITS,        /* jobs that reused > 0 tokens */
     NF_M_PREFILL_US,        /* microseconds */
     NF_M_DECODE_US,
+    NF_M_DISK_HITS,         /* jobs that loaded a saved state from disk */
+    NF_M_DISK_SAVES,
     NF_M_COUNT
 } nf_metric;
 

@@ -7,6 +7,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "server/disk_cache.h"
 #include "server/metrics.h"
 #include "server/sse.h"
 #include "server/tool_replay.h"
@@ -307,6 +308,22 @@ static void run_job(nf_worker *w, nf_job *j) {
     pthread_mutex_unlock(&j->mu);
 
     nf_session_set_sampler(s, &j->req.sp);
+    if (w->o.disk) { /* a saved state that covers more of the prompt than the live state can give */
+        size_t nh, c = 0;
+        const int32_t *h = nf_session_tokens(s, &nh);
+        while (c < nh && c < j->n_tokens && h[c] == j->tokens[c]) c++;
+        int64_t usable = 0;
+        if (c == nh) {
+            usable = (int64_t)nh;
+        } else {
+            int64_t pos[64];
+            int k = nf_session_checkpoints(s, pos, 64);
+            for (int i = 0; i < k && i < 64; i++)
+                if (pos[i] <= (int64_t)c && pos[i] > usable) usable = pos[i];
+        }
+        r->disk_tokens = nf_disk_cache_load(w->o.disk, s, j->tokens, j->n_tokens, usable);
+        if (r->disk_tokens > 0) nf_metric_add(NF_M_DISK_HITS, 1);
+    }
     nf_prefill_stats pst;
     int rc = nf_session_set_prompt(s, j->tokens, j->n_tokens, j->marks, j->n_marks, &j->cancel, &pst);
     r->cached_tokens = pst.reused;
@@ -326,6 +343,11 @@ static void run_job(nf_worker *w, nf_job *j) {
         r->finish = NF_FIN_CANCELLED;
         nf_metric_add(NF_M_CANCELLED, 1);
         return;
+    }
+    if (w->o.disk) { /* the prompt end is where this conversation's next turn will continue */
+        int sv = nf_disk_cache_save(w->o.disk, s);
+        if (sv > 0) nf_metric_add(NF_M_DISK_SAVES, 1);
+        else if (sv < 0) fprintf(stderr, "nf-server: %s\n", nf_error());
     }
 
     gen_ctx c = {.job = j, .s = s, .calls = json_array()};
