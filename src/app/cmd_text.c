@@ -69,15 +69,17 @@ static void print_ids(const nf_tokenizer *t, const nf_tokens *ids, bool ids_only
 
 int nf_cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL;
-    bool ids_only = false;
+    bool ids_only = false, special = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--text") && i + 1 < argc) text = argv[++i];
         else if (!strcmp(argv[i], "--file") && i + 1 < argc) file = argv[++i];
         else if (!strcmp(argv[i], "--ids-only")) ids_only = true;
+        else if (!strcmp(argv[i], "--special")) special = true;
         else {
-            fprintf(stderr, "usage: nf tokenize -m MODEL.gguf|tokenizer.json|HF_DIR [--text T | --file F] [--ids-only]\n"
-                            "  text from --text, --file or stdin; special tokens in the text are NOT recognised\n");
+            fprintf(stderr, "usage: nf tokenize -m MODEL.gguf|tokenizer.json|HF_DIR [--text T | --file F] [--ids-only] [--special]\n"
+                            "  text from --text, --file or stdin; special-token text (<|user|>, <think>, ...) is plain\n"
+                            "  text unless --special, which matches it as the `tokenizers` library does\n");
             return 2;
         }
     }
@@ -96,7 +98,8 @@ int nf_cmd_tokenize(int argc, char **argv) {
         text = buf;
     }
     nf_tokens ids = {0};
-    if (nf_tokenize_text(t, text, len, &ids) < 0) nf_die("%s", nf_error());
+    if ((special ? nf_tokenize_with_specials(t, text, len, &ids) : nf_tokenize_text(t, text, len, &ids)) < 0)
+        nf_die("%s", nf_error());
     print_ids(t, &ids, ids_only);
     nf_tokens_free(&ids);
     free(buf);

@@ -139,6 +139,9 @@ struct nf_tokenizer {
     bool ignore_merges;
     nf_special_ids special;
     pcre2_code *re;
+    int32_t *specials;         /* control and user-defined ids (for nf_tokenize_with_specials) */
+    size_t n_specials;
+    bool special_first[256];   /* first bytes of those tokens */
 };
 
 static void strmap_init(strmap *m, size_t n) {
@@ -206,6 +209,7 @@ void nf_tokenizer_free(nf_tokenizer *t) {
     free(t->merges.key);
     free(t->merges.rank);
     free(t->merges.result);
+    free(t->specials);
     if (t->re) pcre2_code_free(t->re);
     free(t);
 }
@@ -278,6 +282,13 @@ nf_tokenizer *nf_tokenizer_build(const nf_tokenizer_desc *d) {
     for (int32_t i = 0; i < t->n_vocab; i++) {
         if (is_added_type(t->type[i])) strmap_put(t, &t->added, i);
         else if (t->len[i] > 0) strmap_put(t, &t->normal, i);
+    }
+    t->specials = nf_xmalloc((n_added ? n_added : 1) * sizeof *t->specials);
+    for (int32_t i = 0; i < t->n_vocab; i++) {
+        if ((t->type[i] == NF_TOKTYPE_CONTROL || t->type[i] == NF_TOKTYPE_USER_DEFINED) && t->len[i] > 0) {
+            t->specials[t->n_specials++] = i;
+            t->special_first[(uint8_t)t->bytes[i][0]] = true;
+        }
     }
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
@@ -530,6 +541,34 @@ int nf_tokenize_text(const nf_tokenizer *t, const char *text, size_t len, nf_tok
     free(w.s);
     free(w.h);
     return rc;
+}
+
+int nf_tokenize_with_specials(const nf_tokenizer *t, const char *text, size_t len, nf_tokens *out) {
+    size_t start = 0, i = 0;
+    while (i < len) {
+        int32_t best = -1;
+        size_t best_len = 0;
+        if (t->special_first[(uint8_t)text[i]]) {
+            for (size_t k = 0; k < t->n_specials; k++) {
+                int32_t id = t->specials[k];
+                size_t l = t->len[id];
+                if (l > best_len && l <= len - i && memcmp(t->bytes[id], text + i, l) == 0) {
+                    best = id;
+                    best_len = l;
+                }
+            }
+        }
+        if (best < 0) {
+            i++;
+            continue;
+        }
+        if (i > start && nf_tokenize_text(t, text + start, i - start, out) < 0) return -1;
+        nf_tokens_push(out, best);
+        i += best_len;
+        start = i;
+    }
+    if (len > start && nf_tokenize_text(t, text + start, len - start, out) < 0) return -1;
+    return 0;
 }
 
 int nf_tokenize_pieces(const nf_tokenizer *t, size_t n_pieces, const char *const *pieces, const size_t *lens,

@@ -58,6 +58,11 @@ const char *nf_tokenizer_pre(const nf_tokenizer *t);
  * regex failures, which never happen for valid tokenizers). */
 int nf_tokenize_text(const nf_tokenizer *t, const char *text, size_t len, nf_tokens *out);
 
+/* Encode text in which added/special token texts ARE recognised, as the `tokenizers` library does
+ * (leftmost-longest match of every control / user-defined token's text; the rest as text). Only for
+ * trusted input: raw prompts written by the operator, debugging. Never for request content. */
+int nf_tokenize_with_specials(const nf_tokenizer *t, const char *text, size_t len, nf_tokens *out);
+
 /* The id of a token by its exact text: special/added tokens by content ("<|user|>"), normal tokens by the
  * bytes they stand for. -1 if there is none. */
 int32_t nf_token_id(const nf_tokenizer *t, const char *text);

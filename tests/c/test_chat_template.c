@@ -88,6 +88,12 @@ Test(chat_template, fixture_ids_equal_tokenizers_library) {
         for (size_t k = 0; k < ids.n; k++)
             cr_assert_eq(ids.ids[k], json_integer_value(json_array_get(want, k)), "%s: id %zu", name, k);
         nf_tokens_free(&ids);
+        /* the whole rendered text with special-token matching, as the library encodes it */
+        cr_assert_eq(nf_tokenize_with_specials(t, p.text, p.len, &ids), 0);
+        cr_assert_eq(ids.n, json_array_size(want), "%s: with_specials %zu ids", name, ids.n);
+        for (size_t k = 0; k < ids.n; k++)
+            cr_assert_eq(ids.ids[k], json_integer_value(json_array_get(want, k)), "%s: with_specials id %zu", name, k);
+        nf_tokens_free(&ids);
         nf_prompt_free(&p);
     }
     json_decref(cases);

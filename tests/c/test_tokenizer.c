@@ -124,6 +124,11 @@ Test(tokenizer, special_text_is_plain_and_pieces) {
     cr_assert_eq(ids.ids[0], user);
     cr_assert_eq(ids.ids[3], think);
     nf_tokens_free(&ids);
+    cr_assert_eq(nf_tokenize_with_specials(t, "a<|user|>hi<think><thin", 23, &ids), 0);
+    cr_assert_eq(ids.n, 1 + 1 + 2 + 1 + 5); /* a, <|user|>, h, i, <think>, <thin as bytes */
+    cr_assert_eq(ids.ids[1], user);
+    cr_assert_eq(ids.ids[4], think);
+    nf_tokens_free(&ids);
     const char *bad[] = {"<|nope|>"};
     size_t bl[] = {8};
     bool bs[] = {true};
