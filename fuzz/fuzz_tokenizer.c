@@ -1,7 +1,8 @@
 /* fuzz_tokenizer.c — libFuzzer target for the tokenizer and the chat renderer.
  *
  * Every input is treated as raw text (any bytes, invalid UTF-8 included): it must encode without error,
- * every id must be in range, and decoding must give back exactly the input bytes. Inputs that parse as
+ * every id must be in range, and decoding must give back exactly the input bytes -- also when special-token
+ * text is matched (nf_tokenize_with_specials). Inputs that parse as
  * JSON are also rendered as a conversation (messages array or {"messages","tools"} object) and the prompt
  * tokenized, so odd message shapes cannot crash the renderer. The tokenizer is the embedded model's
  * (models/tiny/tokenizer.json, or $NF_TOKENIZER); the fuzzer is run from the repository root. */
@@ -35,6 +36,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (ids.ids[i] < 0 || ids.ids[i] >= nf_tokenizer_n_vocab(tok)) abort();
     char *back;
     size_t n;
+    if (nf_detokenize(tok, ids.ids, ids.n, &back, &n) < 0) abort();
+    if (n != size || memcmp(back, data, size) != 0) abort();
+    free(back);
+    nf_tokens_free(&ids);
+    if (nf_tokenize_with_specials(tok, (const char *)data, size, &ids) < 0) abort();
     if (nf_detokenize(tok, ids.ids, ids.n, &back, &n) < 0) abort();
     if (n != size || memcmp(back, data, size) != 0) abort();
     free(back);
