@@ -738,7 +738,7 @@ static int chat_message(nf_srv_request *r, nf_srv_error *e, const json_t *m, siz
             json_array_foreach(tcs, j, tc) {
                 char tp[200], xp[240];
                 pathf(tp, sizeof tp, "%s.tool_calls[%zu]", p, j);
-                const char *id, *name;
+                const char *id = NULL, *name = NULL;
                 json_t *f = json_object_get(tc, "function");
                 int bad = 0;
                 if (!json_is_object(tc)) bad = want(e, tp, tc, "an object");
