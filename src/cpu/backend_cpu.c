@@ -113,6 +113,33 @@ static int cpu_head(nf_backend *be, const float *X, int T, float *logits) {
     return 0;
 }
 
+static int cpu_final_hidden(nf_backend *be, const float *X, int T, float *hidden) {
+    nf_cpu *c = nf_cpu_of(be);
+    const nf_hparams *hp = &c->m->hp;
+    const int n = hp->n_embd, hc = hp->hc_count;
+    const float *wn = nf_cpu_vec(c, &c->m->output_norm);
+    if (!wn) return -1;
+    for (int t = 0; t < T; t++) { /* the same arithmetic as cpu_head */
+        const float *x = X + (size_t)t * hc * n;
+        float *zt = hidden + (size_t)t * n;
+        for (int i = 0; i < n; i++) {
+            float s = 0.0f;
+            for (int k = 0; k < hc; k++) s += x[(size_t)k * n + i];
+            zt[i] = s / (float)hc;
+        }
+        nf_rmsnorm_row(zt, n, hp->rms_eps, wn, zt);
+    }
+    return 0;
+}
+
+static int cpu_linear(nf_backend *be, const nf_tensor *w, const float *x, int T, float *y) {
+    nf_cpu *c = nf_cpu_of(be);
+    if (!w->data) return nf_fail("linear: tensor %s is not bound", w->name ? w->name : "?");
+    nf_mat m = nf_mat_of(w);
+    nf_matmul(c->pool, &m, x, T, m.n, y, m.rows);
+    return 0;
+}
+
 static void cpu_destroy(nf_backend *be) {
     if (!be) return;
     nf_cpu *c = be->impl;
@@ -160,6 +187,8 @@ nf_backend *nf_cpu_backend_create(const nf_model *m, int n_threads) {
     be->dense_mlp = nf_cpu_dense_mlp;
     be->moe_block = nf_cpu_moe_block;
     be->head = cpu_head;
+    be->final_hidden = cpu_final_hidden;
+    be->linear = cpu_linear;
     be->destroy = cpu_destroy;
     return be;
 }

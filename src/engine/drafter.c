@@ -5,8 +5,7 @@
  *   model   a separate, smaller GGUF with the same vocabulary: it keeps its own sequence state in step with
  *           the context (one checkpoint at the end of the last context it saw; rollback + batched re-feed of
  *           whatever changed) and drafts greedily, one token per forward.
- *   mtp     the target's own MTP/NextN block: not implemented (the loader does not bind blk.N MTP tensors and
- *           the forward has no MTP step yet).
+ *   mtp     the target's own MTP/NextN block: drafter_mtp.c.
  *
  * A drafter only proposes tokens; the verification in spec.c decides, so no drafter can change the output. */
 #include <stdlib.h>
@@ -203,25 +202,19 @@ fail:
     return NULL;
 }
 
-/* ---- MTP ------------------------------------------------------------------------------------------------- */
-
-nf_drafter *nf_drafter_mtp(const nf_model *target) {
-    if (target && target->hp.n_nextn <= 0) {
-        nf_fail("--draft mtp: the model has no MTP block (nextn_predict_layers = 0)");
-        return NULL;
-    }
-    nf_fail("--draft mtp: the MTP drafter is not implemented yet (blk.N MTP tensors are not bound; use "
-            "--draft lookup or --draft model:FILE)");
-    return NULL;
-}
-
 nf_drafter *nf_drafter_from_spec(const char *spec, const nf_model *target, int n_threads) {
     if (!spec) {
         nf_fail("draft: no drafter given");
         return NULL;
     }
     if (!strcmp(spec, "lookup")) return nf_drafter_lookup(NULL);
-    if (!strcmp(spec, "mtp")) return nf_drafter_mtp(target);
+    if (!strcmp(spec, "mtp")) {
+        if (!target) {
+            nf_fail("draft: mtp needs the target model");
+            return NULL;
+        }
+        return nf_drafter_mtp(target, n_threads);
+    }
     if (!strncmp(spec, "model:", 6) && spec[6])
         return nf_drafter_model(spec + 6, target ? target->hp.n_vocab : 0, n_threads, NULL);
     nf_fail("draft: expected lookup, mtp or model:FILE, got '%s'", spec);

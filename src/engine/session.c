@@ -386,7 +386,9 @@ int nf_session_prefill(nf_session *s, const int32_t *ids, size_t n, const int64_
         int64_t base = (int64_t)s->n_hist;
         while (mi < n_marks && marks[mi] <= base) mi++;
         if (mi < n_marks && marks[mi] < base + (int64_t)T) T = (size_t)(marks[mi] - base);
-        if (nf_forward(s->be, s->st, ids + i, (int)T, s->logits, 0, NULL) < 0) {
+        int frc = s->spec ? nf_spec_target_forward(s->spec, s->be, s->st, ids + i, (int)T, s->logits, 0) /* drafter sees it */
+                          : nf_forward(s->be, s->st, ids + i, (int)T, s->logits, 0, NULL);
+        if (frc < 0) {
             nf_fail_prefix("prefill");
             nf_session_reset(s);
             return -1;

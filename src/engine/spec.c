@@ -163,6 +163,8 @@ struct nf_spec {
     size_t cap_probs;
     nf_state_ckpt ck;
     bool have_ck;
+    float *hid;            /* target hidden states for observe() */
+    size_t cap_hid;
 };
 
 nf_spec *nf_spec_new(nf_drafter *d, const nf_spec_params *p) {
@@ -189,11 +191,13 @@ void nf_spec_free(nf_spec *sp) {
     free(sp->blk);
     free(sp->vlog);
     free(sp->probs);
+    free(sp->hid);
     free(sp);
 }
 
 const nf_spec_params *nf_spec_params_of(const nf_spec *sp) { return &sp->p; }
 const char *nf_spec_drafter_name(const nf_spec *sp) { return sp->d->name; }
+nf_drafter *nf_spec_drafter(nf_spec *sp) { return sp->d; }
 
 void nf_spec_set_think_ids(nf_spec *sp, int32_t open, int32_t close) {
     sp->think_open = open;
@@ -250,8 +254,22 @@ static bool in_reasoning(const nf_spec *sp, const int32_t *h, size_t n) {
     return false;
 }
 
+int nf_spec_target_forward(nf_spec *sp, nf_backend *be, nf_state *st, const int32_t *toks, int T, float *logits,
+                           int all_logits) {
+    if (!sp->d->observe) return nf_forward(be, st, toks, T, logits, all_logits, NULL);
+    size_t need = (size_t)T * (size_t)be->model->hp.n_embd;
+    if (need > sp->cap_hid) {
+        free(sp->hid);
+        sp->hid = nf_xmalloc(need * sizeof(float));
+        sp->cap_hid = need;
+    }
+    int64_t p0 = st->pos;
+    if (nf_forward_ex(be, st, toks, T, logits, all_logits, NULL, sp->hid) < 0) return -1;
+    return sp->d->observe(sp->d, p0, toks, T, sp->hid);
+}
+
 static int feed_serial(nf_spec *sp, nf_spec_io *io, int32_t tok, bool no_draft, double t0) {
-    if (nf_forward(io->be, io->st, &tok, 1, io->logits, 0, NULL) < 0) return -1;
+    if (nf_spec_target_forward(sp, io->be, io->st, &tok, 1, io->logits, 0) < 0) return -1;
     double dt = now_s() - t0;
     sp->stats.serial++;
     sp->stats.serial_s += dt;
@@ -320,7 +338,7 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
     sp->have_ck = false;
     if (nf_state_checkpoint(io->st, &sp->ck) < 0) return -1;
     sp->have_ck = true;
-    if (nf_forward(io->be, io->st, sp->blk, nd + 1, sp->vlog, 1, NULL) < 0) return -1;
+    if (nf_spec_target_forward(sp, io->be, io->st, sp->blk, nd + 1, sp->vlog, 1) < 0) return -1;
     double t2 = now_s();
     sp->stats.verify_s += t2 - t1;
 
@@ -355,7 +373,7 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
     sp->stats.hist[j]++;
     if (j < nd) { /* partial accept: back to the checkpoint, re-run the accepted prefix */
         if (nf_state_rollback(io->st, &sp->ck) < 0) return -1;
-        if (nf_forward(io->be, io->st, sp->blk, j + 1, NULL, 0, NULL) < 0) return -1;
+        if (nf_spec_target_forward(sp, io->be, io->st, sp->blk, j + 1, NULL, 0) < 0) return -1;
         sp->stats.rollbacks++;
         sp->stats.rerun_tokens += j + 1;
     }
@@ -374,7 +392,7 @@ int nf_spec_truncate(nf_spec *sp, nf_spec_io *io, int keep) {
     if (keep + 1 == sp->n_blk) return 0;
     const int32_t V = io->be->model->hp.n_vocab;
     if (nf_state_rollback(io->st, &sp->ck) < 0) return -1;
-    if (nf_forward(io->be, io->st, sp->blk, keep + 1, NULL, 0, NULL) < 0) return -1;
+    if (nf_spec_target_forward(sp, io->be, io->st, sp->blk, keep + 1, NULL, 0) < 0) return -1;
     memcpy(io->logits, sp->vlog + (size_t)keep * V, (size_t)V * sizeof(float));
     sp->n_blk = keep + 1;
     return 0;

@@ -25,7 +25,8 @@
  *            occurred before; proposes the tokens that followed its most recent occurrence. No file.
  *   model    a separate draft GGUF this engine loads (same vocabulary): greedy drafts from its own state,
  *            kept in sync with the context through its own checkpoint/rollback.
- *   mtp      the model's own MTP/NextN block: not implemented yet (nf_drafter_mtp fails with a message).
+ *   mtp      the model's own MTP/NextN block (spec §2.6) on the CPU: fed the target's final hidden states through
+ *            observe(), greedy chained drafts.
  */
 #ifndef NF_ENGINE_SPEC_H
 #define NF_ENGINE_SPEC_H
@@ -49,6 +50,11 @@ struct nf_drafter {
      * accepted part plus one token; anything else must still work). */
     int (*draft)(nf_drafter *d, const int32_t *ctx, size_t n, int32_t *out, int max);
     void (*destroy)(nf_drafter *d);
+    /* Optional (drafters that read the target's hidden states, i.e. MTP): called after every target forward
+     * that goes through the decoder (nf_spec_feed, nf_spec_truncate, nf_spec_target_forward): the target
+     * consumed toks[0..T) at positions p0.. and hidden[T][n_embd] are their final hidden states
+     * (nf_forward_ex). 0 or -1. */
+    int (*observe)(nf_drafter *d, int64_t p0, const int32_t *toks, int T, const float *hidden);
 };
 
 void nf_drafter_free(nf_drafter *d);
@@ -66,8 +72,13 @@ nf_drafter *nf_drafter_lookup(const nf_lookup_params *p);
 typedef nf_backend *(*nf_drafter_backend_fn)(const nf_model *m, int n_threads);
 nf_drafter *nf_drafter_model(const char *path, int32_t n_vocab, int n_threads, nf_drafter_backend_fn backend);
 
-/* The target model's MTP block (NULL with a message: not implemented yet). */
-nf_drafter *nf_drafter_mtp(const nf_model *target);
+/* The target model's own MTP/NextN block (layers[n_layer], bound by the loader when complete), run on its own
+ * CPU backend with its own cache (one MLA layer). It conditions on the target's final hidden states, which it
+ * receives through observe(): every target forward of the prompt and of the generation must go through the
+ * decoder (the session does this when a decoder is attached). Drafts are greedy and chained: step k feeds
+ * (the block's own shared_head_norm output, the previous draft). NULL with a message when the model has no
+ * bound MTP block. The target must stay alive as long as the drafter. */
+nf_drafter *nf_drafter_mtp(const nf_model *target, int n_threads);
 
 /* "lookup", "mtp" or "model:FILE" → a drafter (n_vocab/n_threads/target as above). NULL with nf_fail(). */
 nf_drafter *nf_drafter_from_spec(const char *spec, const nf_model *target, int n_threads);
@@ -149,6 +160,7 @@ nf_spec *nf_spec_new(nf_drafter *d, const nf_spec_params *p);
 void nf_spec_free(nf_spec *sp);
 const nf_spec_params *nf_spec_params_of(const nf_spec *sp);
 const char *nf_spec_drafter_name(const nf_spec *sp);
+nf_drafter *nf_spec_drafter(nf_spec *sp);
 /* Token ids that open / close a reasoning block (-1: none); the session sets them from its tokenizer. */
 void nf_spec_set_think_ids(nf_spec *sp, int32_t open, int32_t close);
 
@@ -164,6 +176,11 @@ typedef struct {
     bool (*is_stop)(void *user, int32_t id); /* drafts are cut before a stop token (NULL: none) */
     void *user;
 } nf_spec_io;
+
+/* A forward of the target that keeps the drafter informed (observe): nf_forward, plus the hidden states when
+ * the drafter wants them. The session's prefill uses it while a decoder is attached. */
+int nf_spec_target_forward(nf_spec *sp, nf_backend *be, nf_state *st, const int32_t *toks, int T, float *logits,
+                           int all_logits);
 
 /* Start of a request: controller windows and stats reset, no pending token. */
 void nf_spec_begin(nf_spec *sp);

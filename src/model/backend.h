@@ -65,6 +65,13 @@ struct nf_backend {
     /* Optional: a fresh sequence state in the backend's memory (a hooked nf_state, state.h). NULL: the
      * blocks work on a host state (nf_state_create). Use nf_backend_state_create. */
     nf_state *(*state_create)(nf_backend *be, int64_t cap);
+
+    /* Optional (speculative decoding with the MTP block; NULL where a backend has not implemented them):
+     * final_hidden: hidden[T][n_embd] = RMSNorm(mean_s X[s]) * output_norm — what the head multiplies by the
+     *               lm_head, and what the MTP block reads as h_t;
+     * linear:       y[T][rows] = W · x[T][W->ne[0]] for any 2-D weight tensor. */
+    int (*final_hidden)(nf_backend *be, const float *X, int T, float *hidden);
+    int (*linear)(nf_backend *be, const nf_tensor *w, const float *x, int T, float *y);
 };
 
 /* Destroy a backend made by any backend's create function (NULL is fine). */

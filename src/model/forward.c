@@ -48,9 +48,15 @@ static void release_all(nf_backend *be, fw_bufs *b) {
 
 int nf_forward(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
                nf_topk_dump *dump) {
+    return nf_forward_ex(be, st, tokens, T, logits, all_logits, dump, NULL);
+}
+
+int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
+                  nf_topk_dump *dump, float *hidden) {
     const nf_model *m = be->model;
     const nf_hparams *hp = &m->hp;
     if (T <= 0) return nf_fail("forward: no tokens");
+    if (hidden && !be->final_hidden) return nf_fail("forward: the %s backend cannot return hidden states", be->name);
     for (int t = 0; t < T; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return nf_fail("forward: token id %d out of range [0, %d)", tokens[t], hp->n_vocab);
@@ -115,6 +121,17 @@ int nf_forward(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float
         CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
     }
 
+    if (hidden) { /* the trunk's final hidden states (speculative decoding: the MTP block's input) */
+        float *hb = be->alloc(be, (size_t)T * n * f);
+        if (!hb) {
+            nf_fail("forward: out of memory for %d hidden rows", T);
+            goto fail;
+        }
+        int r = be->final_hidden(be, b.X, T, hb);
+        if (r == 0) r = be->to_host(be, hidden, hb, (size_t)T * n * f);
+        be->release(be, hb);
+        if (r < 0) goto fail;
+    }
     if (logits) {
         int first = all_logits ? 0 : T - 1;
         int rows = T - first;

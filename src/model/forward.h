@@ -28,6 +28,12 @@ typedef struct {
 int nf_forward(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
                nf_topk_dump *dump);
 
+/* nf_forward that also writes the trunk's final hidden state of every token to hidden[T][n_embd] (host memory;
+ * RMSNorm(mean of the streams) * output_norm, the vector the lm_head multiplies and the MTP block reads).
+ * hidden NULL = nf_forward. Fails when the backend has no final_hidden op. */
+int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
+                  nf_topk_dump *dump, float *hidden);
+
 /* Prefill n tokens in chunks of `chunk` (<= 0: one call). logits as in nf_forward over all n tokens
  * ([n][n_vocab] when all_logits). */
 int nf_prefill(nf_backend *be, nf_state *st, const int32_t *tokens, int64_t n, int chunk, float *logits,

@@ -134,7 +134,7 @@ static void emit(emitter *e, int layer, bool mtp, const char *base, const char *
         t->ne[0] = ne0; t->ne[1] = nd > 1 ? ne1 : 1; t->ne[2] = nd > 2 ? ne2 : 1; t->ne[3] = 1;
         t->mtp = mtp;
         t->bind = mtp ? NF_BIND_NONE : bind;
-        t->bind_offset = mtp ? 0 : off;
+        t->bind_offset = off; /* MTP tensors: the nf_layer field of layers[layer] (bound optionally) */
     }
     e->n++;
 }
@@ -235,10 +235,10 @@ static void emit_mtp_layer(emitter *e, int il) {
     V1(NF_ROLE_NORM, "ffn_norm", W, ffn_norm, hp->n_embd);
     emit_mla(e, il, mtp, true);
     emit_moe(e, il, mtp);
-    emit(e, il, mtp, "nextn.eh_proj", W, NF_ROLE_NEXTN_PROJ, NF_BIND_NONE, 0, 2, 2 * (int64_t)hp->n_embd, hp->n_embd, 1);
-    emit(e, il, mtp, "nextn.enorm", W, NF_ROLE_NORM, NF_BIND_NONE, 0, 1, hp->n_embd, 1, 1);
-    emit(e, il, mtp, "nextn.hnorm", W, NF_ROLE_NORM, NF_BIND_NONE, 0, 1, hp->n_embd, 1, 1);
-    emit(e, il, mtp, "nextn.shared_head_norm", W, NF_ROLE_NORM, NF_BIND_NONE, 0, 1, hp->n_embd, 1, 1);
+    emit(e, il, mtp, "nextn.eh_proj", W, NF_ROLE_NEXTN_PROJ, LF(nextn_eh_proj), 2, 2 * (int64_t)hp->n_embd, hp->n_embd, 1);
+    emit(e, il, mtp, "nextn.enorm", W, NF_ROLE_NORM, LF(nextn_enorm), 1, hp->n_embd, 1, 1);
+    emit(e, il, mtp, "nextn.hnorm", W, NF_ROLE_NORM, LF(nextn_hnorm), 1, hp->n_embd, 1, 1);
+    emit(e, il, mtp, "nextn.shared_head_norm", W, NF_ROLE_NORM, LF(nextn_shared_head_norm), 1, hp->n_embd, 1, 1);
 }
 
 int nf_layout_tensors(const nf_hparams *hp, nf_layout_tensor *out, int max) {

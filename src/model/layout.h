@@ -52,7 +52,7 @@ typedef struct {
     int64_t ne[4];          /* unused dims are 1 */
     bool mtp;               /* part of an MTP/NextN block (layer >= n_layer): written, not bound */
     nf_bind_kind bind;      /* NF_BIND_MODEL: field of nf_model; NF_BIND_LAYER: field of nf_layer; NONE for MTP */
-    size_t bind_offset;     /* offsetof(nf_model|nf_layer, field) */
+    size_t bind_offset;     /* offsetof(nf_model|nf_layer, field); for MTP tensors the nf_layer field too */
 } nf_layout_tensor;
 
 /* Every tensor of the model described by hp (trunk layers, then the MTP blocks if hp->n_nextn > 0, globals

@@ -113,16 +113,22 @@ typedef struct {
     nf_tensor router, router_bias;                   /* ffn_gate_inp {n_embd, n_expert}, exp_probs_b.bias */
     nf_tensor gate_exps, up_exps, down_exps;         /* {n_embd, n_ff_exp, n_expert}, down {n_ff_exp, n_embd, n_expert} */
     nf_tensor gate_shexp, up_shexp, down_shexp;
+
+    /* MTP/NextN block only (layers[n_layer + k]; no hc tensors, MLA with its own indexer + MoE) */
+    nf_tensor nextn_eh_proj;          /* nextn.eh_proj {2*n_embd, n_embd}: [enorm(embed) | hnorm(h)] -> n_embd */
+    nf_tensor nextn_enorm, nextn_hnorm, nextn_shared_head_norm; /* {n_embd} */
 } nf_layer;
 
 typedef struct {
     gguf_file *file;
     nf_hparams hp;
     nf_tensor token_embd, output_norm, output;
-    nf_layer *layers;                 /* hp.n_layer entries (the MTP block is not bound yet) */
+    nf_layer *layers;                 /* hp.n_layer trunk entries, then hp.n_nextn MTP blocks (bound when complete) */
     int n_bound;                      /* tensors bound (trunk + globals) */
     int n_mtp_tensors;                /* tensors of blocks >= n_layer: present, ignored for now */
     int n_extra_tensors;              /* tensors the layout does not know (ignored, noted in the summary) */
+    int n_mtp_bound;                  /* MTP blocks whose every tensor is present and valid (bound into
+                                         layers[n_layer..]); an incomplete MTP block is left unbound, not an error */
 } nf_model;
 
 /* Read hyperparameters from metadata (validated: positive dims, divisibility rules, known layer kinds). */

@@ -124,13 +124,28 @@ nf_model *nf_model_from_gguf(gguf_file *f) {
         nf_model_free(m);
         return NULL;
     }
-    m->layers = nf_xcalloc((size_t)hp->n_layer, sizeof *m->layers);
+    m->layers = nf_xcalloc((size_t)(hp->n_layer + hp->n_nextn), sizeof *m->layers);
+    bool *mtp_bad = nf_xcalloc((size_t)hp->n_nextn + 1, sizeof *mtp_bad);
 
     strbuf sb = {0};
     int n_bad = 0;
     for (int i = 0; i < n; i++) {
         const nf_layout_tensor *w = &lt[i];
-        if (w->mtp) continue;   /* MTP blocks: not bound yet */
+        if (w->mtp) { /* MTP blocks: bound when every tensor is there and valid, never an error */
+            const gguf_tensor *t = gguf_find_tensor(f, w->name);
+            int k = w->layer - hp->n_layer;
+            if (!t || !same_shape(w, t) || !nf_layout_type_ok(w->role, t->type, w->ne[0])) {
+                mtp_bad[k] = true;
+                continue;
+            }
+            nf_tensor *dst = (nf_tensor *)((char *)&m->layers[w->layer] + w->bind_offset);
+            dst->name = t->name;
+            dst->data = t->data;
+            dst->type = t->type;
+            dst->n_dims = w->n_dims;
+            memcpy(dst->ne, w->ne, sizeof dst->ne);
+            continue;
+        }
         char es[96], gs[96];
         fmt_shape(es, sizeof es, w->n_dims, w->ne);
         const gguf_tensor *t = gguf_find_tensor(f, w->name);
@@ -183,6 +198,11 @@ nf_model *nf_model_from_gguf(gguf_file *f) {
     }
     free(names);
     free(lt);
+    for (int k = 0; k < hp->n_nextn; k++) {
+        if (mtp_bad[k]) memset(&m->layers[hp->n_layer + k], 0, sizeof m->layers[0]);
+        else m->n_mtp_bound++;
+    }
+    free(mtp_bad);
 
     if (n_bad) {
         set_error_from_list(&sb, n_bad, path);
@@ -270,6 +290,7 @@ void nf_model_print_summary(const nf_model *m) {
         printf("  %-8s  %5d tensors  %12s params  %12s\n", nf_type_get((uint32_t)t)->name, count[t], a, b2);
     }
     if (m->n_mtp_tensors)
-        printf("MTP         %d tensors present (blocks >= %d), not used yet\n", m->n_mtp_tensors, hp->n_layer);
+        printf("MTP         %d tensors present (blocks >= %d), %d of %d blocks bound (speculative drafts: --draft mtp)\n",
+               m->n_mtp_tensors, hp->n_layer, m->n_mtp_bound, hp->n_nextn);
     if (m->n_extra_tensors) printf("warning     %d tensors not in the layout were ignored\n", m->n_extra_tensors);
 }

@@ -549,3 +549,122 @@ Test(spec, greedy_exact_tiny_model) {
     report("model:self (tiny)", &t);
     cr_assert_eq(t.accepted, t.drafted);
 }
+
+/* ---- MTP drafter -------------------------------------------------------------------------------------------
+ * No reference exists for MTP numerics (HF never runs the block): the checks are that the block is bound, that
+ * it produces drafts, that its cache follows the target through verify / rollback / re-run, and that greedy
+ * output is identical to serial whatever the drafts are. Models: tests/data/convert/fused converted with --mtp
+ * (F32), and a synthetic tiny-preset model with one MTP block. */
+
+#include "model/recipe.h"
+#include "model/synth.h"
+
+static nf_drafter *mk_mtp(void *arg) {
+    nf_session *target = arg;
+    nf_drafter *d = nf_drafter_mtp(nf_session_model(target), 1);
+    cr_assert_not_null(d, "%s", nf_error());
+    return d;
+}
+
+/* like exactness(), but the MTP drafter must be built on the speculative session's own model */
+static void exactness_mtp(const char *path, int n_prompts, int64_t n_tok, int K, nf_spec_stats *total) {
+    nf_session *ser = open_s(path, 0), *spc = open_s(path, 0);
+    int32_t V = nf_session_model(ser)->hp.n_vocab;
+    cr_assert_gt(nf_session_model(spc)->n_mtp_bound, 0, "MTP block not bound");
+    memset(total, 0, sizeof *total);
+    nf_session_set_spec(spc, nf_spec_new(mk_mtp(spc), &(nf_spec_params){.mode = NF_SPEC_SPECULATIVE, .draft_max = K,
+                                                                        .window = 16, .min_cycles = 4}));
+    nf_spec *sp = nf_session_spec(spc);
+    for (int i = 0; i < n_prompts; i++) {
+        int32_t prompt[64];
+        size_t np = make_prompt(i, V, prompt);
+        nf_session_reset(ser);
+        nf_session_reset(spc);
+        size_t n1, n2;
+        int32_t *a = run_gen(ser, prompt, np, n_tok, &n1, -1, NULL);
+        int32_t *b = run_gen(spc, prompt, np, n_tok, &n2, -1, NULL);
+        cr_assert_eq(n2, n1);
+        for (size_t k = 0; k < n1; k++)
+            cr_assert_eq(a[k], b[k], "mtp prompt %d: token %zu differs (%d vs %d)", i, k, b[k], a[k]);
+        const nf_spec_stats *st = nf_spec_stats_get(sp);
+        cr_assert_eq(st->no_draft, 0, "prompt %d: the MTP drafter fell out of step with the target", i);
+        total->cycles += st->cycles, total->drafted += st->drafted, total->accepted += st->accepted;
+        total->serial += st->serial, total->rollbacks += st->rollbacks;
+        free(a);
+        free(b);
+    }
+    assert_same_state(ser, spc);
+    nf_session_free(ser);
+    nf_session_free(spc);
+}
+
+Test(spec, mtp_drafter_consistency) {
+    char fused[128], synth[128];
+    snprintf(fused, sizeof fused, "/tmp/nf-test-spec-%d-mtp-fused.gguf", (int)getpid());
+    nf_convert_opts o = {.hf_dir = "tests/data/convert/fused", .out_path = fused, .recipe = "f32", .n_threads = 2,
+                         .quiet = true, .no_tokenizer = true, .mtp = true};
+    cr_assert_eq(nf_convert(&o, NULL), 0, "%s", nf_error());
+    nf_spec_stats t;
+    exactness_mtp(fused, long_mode() ? 20 : 6, long_mode() ? 256 : 64, 3, &t);
+    report("mtp (convert/fused)", &t);
+    cr_assert_gt(t.cycles, 0);
+    unlink(fused);
+
+    nf_hparams hp;
+    cr_assert_eq(nf_synth_preset("tiny", &hp), 0);
+    hp.n_nextn = 1;
+    hp.n_vocab = 512;
+    nf_synth_derive(&hp, 0);
+    snprintf(synth, sizeof synth, "/tmp/nf-test-spec-%d-mtp-synth.gguf", (int)getpid());
+    cr_assert_eq(nf_synth_write(synth, &hp, nf_recipe_find("f32"), 7, NULL, NULL, NULL), 0, "%s", nf_error());
+    exactness_mtp(synth, long_mode() ? 20 : 3, long_mode() ? 256 : 48, 4, &t);
+    report("mtp (synth tiny)", &t);
+    cr_assert_gt(t.cycles, 0);
+    unlink(synth);
+
+    /* no MTP block: a clear refusal */
+    nf_model *m = nf_model_load(base_path);
+    cr_assert_not_null(m);
+    cr_assert_null(nf_drafter_mtp(m, 1));
+    cr_assert(strstr(nf_error(), "no MTP block"), "%s", nf_error());
+    nf_model_free(m);
+}
+
+/* The MTP block's cache does not depend on how the target's forwards were chunked: drafts after a prompt fed
+ * in one call, in chunks of 3, and token by token are identical (and some are produced). */
+Test(spec, mtp_chunk_invariance) {
+    char fused[128];
+    snprintf(fused, sizeof fused, "/tmp/nf-test-spec-%d-mtp-chunk.gguf", (int)getpid());
+    nf_convert_opts o = {.hf_dir = "tests/data/convert/fused", .out_path = fused, .recipe = "f32", .n_threads = 2,
+                         .quiet = true, .no_tokenizer = true, .mtp = true};
+    cr_assert_eq(nf_convert(&o, NULL), 0, "%s", nf_error());
+    nf_model *m = nf_model_load(fused);
+    cr_assert_not_null(m, "%s", nf_error());
+    nf_backend *be = nf_cpu_backend_create(m, 1);
+    const int V = m->hp.n_vocab;
+    int32_t prompt[64];
+    size_t np = make_prompt(2, V, prompt);
+    int32_t drafts[3][6];
+    const int chunks[3] = {(int)np, 3, 1};
+    float *lg = malloc((size_t)V * sizeof(float));
+    for (int c = 0; c < 3; c++) {
+        nf_spec *sp = nf_spec_new(nf_drafter_mtp(m, 1), &(nf_spec_params){.mode = NF_SPEC_SPECULATIVE, .draft_max = 6});
+        cr_assert_not_null(sp, "%s", nf_error());
+        nf_state *st = nf_state_create(&m->hp, 64);
+        for (size_t i = 0; i < np - 1; i += (size_t)chunks[c]) {
+            int T = (int)(np - 1 - i < (size_t)chunks[c] ? np - 1 - i : (size_t)chunks[c]);
+            cr_assert_eq(nf_spec_target_forward(sp, be, st, prompt + i, T, lg, 0), 0, "%s", nf_error());
+        }
+        /* the drafter sees prompt[0..np) with the last token not yet fed */
+        nf_drafter *d = nf_spec_drafter(sp);
+        cr_assert_eq(d->draft(d, prompt, np, drafts[c], 6), 6, "chunk %d: no drafts", chunks[c]);
+        nf_state_free(st);
+        nf_spec_free(sp);
+    }
+    for (int c = 1; c < 3; c++)
+        cr_assert(!memcmp(drafts[0], drafts[c], sizeof drafts[0]), "drafts differ with chunk %d", chunks[c]);
+    free(lg);
+    nf_backend_free(be);
+    nf_model_free(m);
+    unlink(fused);
+}
