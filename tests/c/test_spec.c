@@ -535,7 +535,7 @@ Test(spec, lookup_drafts) {
 
 /* ---- the embedded model (trained, real tokenizer) -------------------------------------------------------- */
 
-Test(spec, greedy_exact_tiny_model) {
+Test(spec, greedy_exact_tiny_model, .timeout = 3600) {
     if (access(TINY, R_OK) != 0) {
         cr_log_warn("%s not present: skipped", TINY);
         return;
@@ -598,7 +598,7 @@ static void exactness_mtp(const char *path, int n_prompts, int64_t n_tok, int K,
     nf_session_free(spc);
 }
 
-Test(spec, mtp_drafter_consistency) {
+Test(spec, mtp_drafter_consistency, .timeout = 1800) {
     char fused[128], synth[128];
     snprintf(fused, sizeof fused, "/tmp/nf-test-spec-%d-mtp-fused.gguf", (int)getpid());
     nf_convert_opts o = {.hf_dir = "tests/data/convert/fused", .out_path = fused, .recipe = "f32", .n_threads = 2,
