@@ -1,5 +1,6 @@
 /* nf-server — HTTP server for coding agents: Anthropic Messages, OpenAI Chat Completions and Responses over one
  * model (docs/server.md). Thin: parse flags, make the session, the worker and the HTTP front (src/server/). */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,11 +14,10 @@
 #include "server/worker.h"
 #include "util/error.h"
 
-static volatile sig_atomic_t quit;
-static void on_signal(int sig) {
+/* a second Ctrl-C / TERM during shutdown ends the process at once */
+static void hard_exit(int sig) {
     (void)sig;
-    if (quit) _exit(130);
-    quit = 1;
+    _exit(130);
 }
 
 static void usage(void) {
@@ -79,10 +79,14 @@ int main(int argc, char **argv) {
     if (!model) { usage(); return 2; }
     if (so.port < 0 || so.port > 65535) { fprintf(stderr, "nf-server: --port out of range\n"); return 2; }
 
+    /* SIGINT/SIGTERM are blocked in every thread (the worker and the HTTP threads inherit the mask) and taken
+     * by the main thread with sigwait */
     signal(SIGPIPE, SIG_IGN);
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
     nf_session *s = nf_session_create(model, &sess);
     if (!s) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 1; }
@@ -117,10 +121,15 @@ int main(int argc, char **argv) {
     printf("nf-server: listening on http://%s:%d (model %s, context %lld)\n", so.host, nf_server_port(srv), model_id,
            (long long)so.n_ctx);
     fflush(stdout);
-    while (!quit) pause();
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    signal(SIGINT, hard_exit);
+    signal(SIGTERM, hard_exit);
+    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
     fprintf(stderr, "nf-server: shutting down\n");
+    nf_server_quiesce(srv);  /* no new connections */
+    nf_worker_stop(w);       /* running and queued jobs end as cancelled; their streams close */
     nf_server_stop(srv);
-    nf_worker_stop(w);
     nf_session_free(s);
     nf_disk_cache_close(wo.disk);
     return 0;

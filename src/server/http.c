@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/api.h"
 #include "server/metrics.h"
@@ -562,6 +563,12 @@ nf_server *nf_server_start(const nf_server_opts *o) {
 }
 
 int nf_server_port(const nf_server *s) { return s->port; }
+
+void nf_server_quiesce(nf_server *s) {
+    if (!s) return;
+    int fd = MHD_quiesce_daemon(s->d);
+    if (fd >= 0) close(fd);
+}
 
 void nf_server_stop(nf_server *s) {
     if (!s) return;

@@ -41,6 +41,8 @@ typedef struct nf_server nf_server;
 
 nf_server *nf_server_start(const nf_server_opts *o);
 int nf_server_port(const nf_server *s);
+/* Stop accepting connections (those open are served to the end). */
+void nf_server_quiesce(nf_server *s);
 void nf_server_stop(nf_server *s);
 
 #endif

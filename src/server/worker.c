@@ -21,8 +21,9 @@ struct nf_worker {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     nf_job *qhead, *qtail;
+    nf_job *running;
     int qlen;
-    bool busy, stop;
+    bool busy, stop, stopped;
 };
 
 static double now_s(void) {
@@ -431,16 +432,17 @@ static void *worker_main(void *arg) {
         if (!w->qhead) w->qtail = NULL;
         w->qlen--;
         w->busy = true;
-        bool stopping = w->stop;
+        w->running = j;
+        if (w->stop) j->cancel = 1;
         pthread_mutex_unlock(&w->mu);
-        if (stopping) j->cancel = 1;
         run_job(w, j);
         nf_metric_add(NF_M_GENERATIONS, 1);
-        job_finish(j);
-        nf_job_release(j);
         pthread_mutex_lock(&w->mu);
+        w->running = NULL;
         w->busy = false;
         pthread_mutex_unlock(&w->mu);
+        job_finish(j);
+        nf_job_release(j);
     }
     return NULL;
 }
@@ -463,19 +465,28 @@ void nf_worker_stop(nf_worker *w) {
     if (!w) return;
     pthread_mutex_lock(&w->mu);
     w->stop = true;
+    if (w->running) w->running->cancel = 1;
+    for (nf_job *j = w->qhead; j; j = j->qnext) j->cancel = 1;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->th, NULL);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-    free(w);
+    pthread_mutex_lock(&w->mu);
+    w->stopped = true; /* kept allocated: connection threads may still submit until the HTTP side stops */
+    pthread_mutex_unlock(&w->mu);
 }
 
 int nf_worker_submit(nf_worker *w, nf_job *j) {
+    pthread_mutex_lock(&w->mu);
+    if (w->stop) { /* shutting down: the job ends at once */
+        pthread_mutex_unlock(&w->mu);
+        j->cancel = 1;
+        j->res.finish = NF_FIN_CANCELLED;
+        job_finish(j);
+        return 0;
+    }
     pthread_mutex_lock(&j->mu);
     j->refs++;
     pthread_mutex_unlock(&j->mu);
-    pthread_mutex_lock(&w->mu);
     int ahead = w->qlen + (w->busy ? 1 : 0);
     j->qnext = NULL;
     if (w->qtail) w->qtail->qnext = j;

@@ -85,7 +85,8 @@ typedef struct {
 
 /* Start the worker thread on a session (not owned). NULL on failure. */
 nf_worker *nf_worker_start(nf_session *s, const nf_worker_opts *o);
-/* Stop after the running job; queued jobs are finished as cancelled. */
+/* Cancel the running and queued jobs (they finish as cancelled), join the thread. Jobs submitted later finish
+ * as cancelled at once. */
 void nf_worker_stop(nf_worker *w);
 
 /* A new job (refs = 1, the caller's); takes ownership of *req (zeroed), tokens and marks. */
