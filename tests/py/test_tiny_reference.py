@@ -91,9 +91,14 @@ def logprobs(L, tokens):
     return L[np.arange(len(tokens) - 1), tokens[1:]] - lse[:-1]
 
 
+_RUNS = {}
+
+
 def compare(ref, recipe):
     P, V, tk = ref["P"], ref["V"], ref["topk"]
-    L, sel = run_logits(model_for(recipe), recipe, P, V, tk.shape[0], tk.shape[2])
+    if recipe not in _RUNS:   # each recipe runs once per session (q8 serves two tests)
+        _RUNS[recipe] = run_logits(model_for(recipe), recipe, P, V, tk.shape[0], tk.shape[2])
+    L, sel = _RUNS[recipe]
     d = np.abs(L[ref["pos"]] - ref["logits"])
     agree = L.argmax(1) == ref["argmax"]
     nll = float(-logprobs(L, ref["tokens"]).mean())
