@@ -45,6 +45,9 @@ typedef struct {
     nf_state_ckpt ck;     /* at the start of the latest observed batch */
     bool have_ck;
     float *ck_h;          /* last_h at ck */
+    int32_t *ob_tok;      /* the latest observed batch (tokens, hidden rows), for replays after a rollback */
+    float *ob_h;
+    int ob_T, ob_cap;
     /* work buffers, grown to T rows */
     int cap_T;
     float *X, *e, *g, *cat, *x, *a, *y, *qr, *q, *z, *hprev, *logits;
@@ -141,6 +144,15 @@ static int mtp_observe(nf_drafter *d, int64_t p0, const int32_t *toks, int T, co
     if (T > 1) memcpy(M->hprev + n, hidden, (size_t)(T - 1) * n * sizeof(float));
     if (block(M, toks, M->hprev, T) < 0) goto fail;
     memcpy(M->last_h, hidden + (size_t)(T - 1) * n, n * sizeof(float));
+    if (T > M->ob_cap) {
+        free(M->ob_tok), free(M->ob_h);
+        M->ob_tok = nf_xmalloc((size_t)T * sizeof *M->ob_tok);
+        M->ob_h = nf_xmalloc((size_t)T * n * sizeof(float));
+        M->ob_cap = T;
+    }
+    memcpy(M->ob_tok, toks, (size_t)T * sizeof *toks);
+    memcpy(M->ob_h, hidden, (size_t)T * n * sizeof(float));
+    M->ob_T = T;
     return 0;
 fail:
     nf_fail_prefix("mtp drafter");
@@ -158,7 +170,24 @@ static int32_t argmax(const float *x, int32_t n) {
 static int mtp_draft(nf_drafter *d, const int32_t *ctx, size_t n_ctx, int32_t *out, int max) {
     mtp_impl *M = d->impl;
     const size_t n = (size_t)M->n;
-    if (!M->synced || M->st->pos != (int64_t)n_ctx - 1) return 0; /* not in step with the target: no draft */
+    if (!M->synced) return 0;
+    if (M->st->pos != (int64_t)n_ctx - 1) {
+        /* The target rolled back after its latest forward and deferred the accepted tokens (spec.c): when the
+         * context continues the block's checkpoint with a prefix of the latest observed batch, replay that
+         * prefix from the stored hidden states; otherwise there is no draft. */
+        int64_t p0 = M->have_ck ? M->ck.pos : -1;
+        int64_t m = (int64_t)n_ctx - 1 - p0;
+        if (p0 < 0 || m < 0 || m > M->ob_T || memcmp(ctx + p0, M->ob_tok, (size_t)m * sizeof *ctx)) return 0;
+        if (nf_state_rollback(M->st, &M->ck) < 0) goto fail0;
+        memcpy(M->last_h, M->ck_h, n * sizeof(float));
+        if (m > 0) {
+            grow(M, (int)m);
+            memcpy(M->hprev, M->ck_h, n * sizeof(float));
+            if (m > 1) memcpy(M->hprev + n, M->ob_h, (size_t)(m - 1) * n * sizeof(float));
+            if (block(M, ctx + p0, M->hprev, (int)m) < 0) goto fail0;
+            memcpy(M->last_h, M->ob_h + (size_t)(m - 1) * n, n * sizeof(float));
+        }
+    }
     nf_state_ckpt cd;
     if (nf_state_checkpoint(M->st, &cd) < 0) goto fail0;
     grow(M, 1);
@@ -194,6 +223,8 @@ static void mtp_destroy(nf_drafter *d) {
                          M->last_h, M->ck_h};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
         free(M->sel);
+        free(M->ob_tok);
+        free(M->ob_h);
         free(M);
     }
     free(d);

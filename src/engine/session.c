@@ -492,7 +492,7 @@ static int spec_feed(nf_session *s, const nf_gen_opts *g, int32_t tok, nf_token_
     int64_t left = g->max_tokens > 0 ? g->max_tokens - st->n_tokens : room;
     int64_t mx = room < left ? room : left;
     if (mx > 32) mx = 32;
-    if (mx < 0) mx = 0;
+    if (mx < 0 || *stop_req) mx = 0; /* the caller stops after tok: no drafts */
     nf_spec_io io = {.be = s->be, .st = s->st, .hist = s->hist, .n_hist = s->n_hist, .logits = s->logits,
                      .smp = s->smp, .sp = &s->sp, .is_stop = g->ignore_stop ? NULL : spec_is_stop, .user = s};
     int32_t extra[32];
@@ -561,7 +561,7 @@ int nf_session_generate(nf_session *s, const nf_gen_opts *gp, nf_token_fn cb, vo
         }
         int stop_req = cb ? cb(user, &ev) : 0;
         nf_sampler_accept(s->smp, tok);
-        if (s->spec && !stop_req) { /* feed tok plus any verified drafts (emitted here) */
+        if (s->spec) { /* feed tok (with tokens a cycle deferred) plus any verified drafts (emitted here) */
             if (spec_feed(s, &g, tok, cb, user, st, &stop_req) < 0) {
                 nf_fail_prefix("generate (speculative)");
                 nf_session_reset(s);
@@ -583,6 +583,16 @@ int nf_session_generate(nf_session *s, const nf_gen_opts *gp, nf_token_fn cb, vo
         s->smp_synced = s->n_hist;
         st->n_decoded++;
         if (stop_req) { st->stop = NF_STOP_CALLBACK; break; }
+    }
+    if (s->spec && rc == 0) { /* feed tokens whose forward a speculative cycle deferred (spec.h) */
+        nf_spec_io io = {.be = s->be, .st = s->st, .hist = s->hist, .n_hist = s->n_hist, .logits = s->logits,
+                         .smp = s->smp, .sp = &s->sp, .user = s};
+        if (nf_spec_flush(s->spec, &io) < 0) {
+            nf_fail_prefix("generate (speculative)");
+            nf_session_reset(s);
+            st->stop = NF_STOP_ERROR;
+            rc = -1;
+        }
     }
     size_t fl = 0;
     const char *f = nf_utf8_flush(&s->utf, &fl);

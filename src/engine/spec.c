@@ -11,6 +11,8 @@
 #include "model/forward.h"
 #include "util/error.h"
 
+#define NF_SPEC_LAZY_MAX 8 /* most tokens a partial accept may defer into the next forward */
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -156,7 +158,10 @@ struct nf_spec {
     int32_t *ctx;          /* hist ++ [tok] for the drafter */
     size_t cap_ctx;
     int32_t *blk;          /* [tok, d1..dn] of the last cycle */
-    int n_blk;             /* tokens of the block kept in the state (1 + accepted) */
+    int n_blk;             /* tokens of blk logically committed (deferred + tok + accepted) */
+    int off;               /* deferred tokens at the start of blk */
+    int32_t lazy[NF_SPEC_LAZY_MAX]; /* committed tokens not yet fed to the state (deferred re-run) */
+    int n_lazy;
     float *vlog;           /* verify logits [(K+1) * n_vocab] */
     size_t cap_vlog;
     float *probs;          /* [n_vocab] (sampled acceptance) */
@@ -177,7 +182,7 @@ nf_spec *nf_spec_new(nf_drafter *d, const nf_spec_params *p) {
     nf_spec_ctl_init(&sp->ctl, &sp->p);
     sp->think_open = sp->think_close = -1;
     sp->pending = -1;
-    sp->blk = nf_xmalloc((size_t)(sp->p.draft_max + 1) * sizeof *sp->blk);
+    sp->blk = nf_xmalloc((size_t)(NF_SPEC_LAZY_MAX + sp->p.draft_max + 1) * sizeof *sp->blk);
     nf_rng_seed(&sp->rng, sp->p.seed ^ 0x5bec0dedULL);
     return sp;
 }
@@ -209,6 +214,7 @@ void nf_spec_begin(nf_spec *sp) {
     memset(&sp->stats, 0, sizeof sp->stats);
     sp->pending = -1;
     sp->n_blk = 0;
+    sp->n_lazy = 0;
 }
 
 int32_t nf_spec_take_pending(nf_spec *sp) {
@@ -237,11 +243,11 @@ void nf_spec_stats_line(const nf_spec *sp, char *buf, size_t cap) {
     if (rv > 0 && rs > 0) snprintf(sp_txt, sizeof sp_txt, "%.2fx", rv / rs);
     snprintf(buf, cap,
              "spec[%s/%s K=%d]: %lld cycles, acceptance length %.2f, %.2f commits/cycle, %.0f%% of %lld drafts "
-             "accepted, %lld serial tokens (%lld without draft), %lld rollbacks (%lld tokens re-run), %lld parks, "
+             "accepted, %lld serial tokens (%lld without draft), %lld rollbacks (%lld tokens re-run, %lld deferred), %lld parks, "
              "speculative %.1f tok/s vs serial %.1f tok/s (%s)",
              sp->d->name, nf_spec_mode_name(sp->p.mode), sp->p.draft_max, (long long)s->cycles, al, cpc, acc,
              (long long)s->drafted, (long long)s->serial, (long long)s->no_draft, (long long)s->rollbacks,
-             (long long)s->rerun_tokens, (long long)s->parks, rv, rs, sp_txt);
+             (long long)s->rerun_tokens, (long long)s->deferred_tokens, (long long)s->parks, rv, rs, sp_txt);
 }
 
 /* Is the end of ctx inside a reasoning block? */
@@ -268,8 +274,10 @@ int nf_spec_target_forward(nf_spec *sp, nf_backend *be, nf_state *st, const int3
     return sp->d->observe(sp->d, p0, toks, T, sp->hid);
 }
 
-static int feed_serial(nf_spec *sp, nf_spec_io *io, int32_t tok, bool no_draft, double t0) {
-    if (nf_spec_target_forward(sp, io->be, io->st, &tok, 1, io->logits, 0) < 0) return -1;
+/* A serial step: the deferred tokens (if any) and tok in one forward, logits after tok. */
+static int feed_serial(nf_spec *sp, nf_spec_io *io, int L, bool no_draft, double t0) {
+    if (nf_spec_target_forward(sp, io->be, io->st, sp->blk, L + 1, io->logits, 0) < 0) return -1;
+    sp->n_lazy = 0;
     double dt = now_s() - t0;
     sp->stats.serial++;
     sp->stats.serial_s += dt;
@@ -299,10 +307,17 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
     sp->n_blk = 0;
     double t0 = now_s();
     const int32_t V = io->be->model->hp.n_vocab;
+    const int L = sp->n_lazy; /* committed tokens whose forward was deferred (state = history minus these) */
+    if (io->st->pos + L != (int64_t)io->n_hist)
+        return nf_fail("spec: the state (%lld tokens + %d deferred) does not match the history (%zu)",
+                       (long long)io->st->pos, L, io->n_hist);
+    memcpy(sp->blk, sp->lazy, (size_t)L * sizeof *sp->blk);
+    sp->blk[L] = tok;
+    sp->off = L;
     int K = sp->p.draft_max < max_extra ? sp->p.draft_max : max_extra;
     bool inr = in_reasoning(sp, io->hist, io->n_hist) && tok != sp->think_close;
     if (tok == sp->think_open && sp->think_open >= 0) inr = true;
-    if (K <= 0 || !nf_spec_ctl_admit(&sp->ctl, inr)) return feed_serial(sp, io, tok, false, t0);
+    if (K <= 0 || !nf_spec_ctl_admit(&sp->ctl, inr)) return feed_serial(sp, io, L, false, t0);
 
     /* draft */
     if (io->n_hist + 1 > sp->cap_ctx) {
@@ -313,22 +328,22 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
     }
     memcpy(sp->ctx, io->hist, io->n_hist * sizeof *sp->ctx);
     sp->ctx[io->n_hist] = tok;
-    int nd = sp->d->draft(sp->d, sp->ctx, io->n_hist + 1, sp->blk + 1, K);
+    int32_t *dr = sp->blk + L + 1;
+    int nd = sp->d->draft(sp->d, sp->ctx, io->n_hist + 1, dr, K);
     if (nd < 0) return -1;
     for (int i = 0; i < nd; i++) { /* never verify past a stop token or an invalid id */
-        int32_t d = sp->blk[1 + i];
-        if (d < 0 || d >= V || (io->is_stop && io->is_stop(io->user, d))) {
+        if (dr[i] < 0 || dr[i] >= V || (io->is_stop && io->is_stop(io->user, dr[i]))) {
             nd = i;
             break;
         }
     }
     double t1 = now_s();
     sp->stats.draft_s += t1 - t0;
-    if (nd == 0) return feed_serial(sp, io, tok, true, t0);
+    if (nd == 0) return feed_serial(sp, io, L, true, t0);
 
-    /* verify */
-    sp->blk[0] = tok;
-    size_t need = (size_t)(nd + 1) * (size_t)V;
+    /* verify: [deferred..., tok, d1..dn] in one forward */
+    const int T = L + 1 + nd;
+    size_t need = (size_t)T * (size_t)V;
     if (need > sp->cap_vlog) {
         free(sp->vlog);
         sp->vlog = nf_xmalloc(need * sizeof(float));
@@ -338,16 +353,17 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
     sp->have_ck = false;
     if (nf_state_checkpoint(io->st, &sp->ck) < 0) return -1;
     sp->have_ck = true;
-    if (nf_spec_target_forward(sp, io->be, io->st, sp->blk, nd + 1, sp->vlog, 1) < 0) return -1;
+    if (nf_spec_target_forward(sp, io->be, io->st, sp->blk, T, sp->vlog, 1) < 0) return -1;
+    sp->n_lazy = 0;
     double t2 = now_s();
     sp->stats.verify_s += t2 - t1;
 
-    /* accept */
+    /* accept: row L + i follows blk[L + i] (row L follows tok) */
     bool greedy = !io->sp || io->sp->temperature <= 0;
     int j = 0;
     for (; j < nd; j++) {
-        const float *row = sp->vlog + (size_t)j * V;
-        int32_t d = sp->blk[1 + j];
+        const float *row = sp->vlog + (size_t)(L + j) * V;
+        int32_t d = dr[j];
         if (greedy) {
             if (nf_sampler_sample(io->smp, row) != d) break;
         } else {
@@ -371,29 +387,53 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
     sp->stats.accepted += j;
     sp->stats.committed += j + 1;
     sp->stats.hist[j]++;
-    if (j < nd) { /* partial accept: back to the checkpoint, re-run the accepted prefix */
+    if (j < nd) { /* partial accept: back to the checkpoint; the accepted part is re-run now or deferred */
         if (nf_state_rollback(io->st, &sp->ck) < 0) return -1;
-        if (nf_spec_target_forward(sp, io->be, io->st, sp->blk, j + 1, NULL, 0) < 0) return -1;
         sp->stats.rollbacks++;
-        sp->stats.rerun_tokens += j + 1;
+        int keep = L + 1 + j;
+        if (L == 0 && keep <= NF_SPEC_LAZY_MAX && !sp->p.no_defer) { /* defer into the next forward (at most one cycle in a row) */
+            memcpy(sp->lazy, sp->blk, (size_t)keep * sizeof *sp->blk);
+            sp->n_lazy = keep;
+            sp->stats.deferred_tokens += keep;
+        } else {
+            if (nf_spec_target_forward(sp, io->be, io->st, sp->blk, keep, NULL, 0) < 0) return -1;
+            sp->stats.rerun_tokens += keep;
+        }
     }
     double t3 = now_s();
     sp->stats.rerun_s += t3 - t2;
-    memcpy(io->logits, sp->vlog + (size_t)j * V, (size_t)V * sizeof(float));
+    memcpy(io->logits, sp->vlog + (size_t)(L + j) * V, (size_t)V * sizeof(float));
     *n_extra = j;
-    sp->n_blk = j + 1;
+    sp->n_blk = L + 1 + j;
     nf_spec_ctl_cycle(&sp->ctl, t3 - t0, j + 1);
     return 0;
 }
 
 int nf_spec_truncate(nf_spec *sp, nf_spec_io *io, int keep) {
     sp->pending = -1;
-    if (keep < 0 || keep + 1 > sp->n_blk || !sp->have_ck) return nf_fail("spec: truncate to %d out of range", keep);
-    if (keep + 1 == sp->n_blk) return 0;
+    if (keep < 0 || sp->off + keep + 1 > sp->n_blk || !sp->have_ck)
+        return nf_fail("spec: truncate to %d out of range", keep);
     const int32_t V = io->be->model->hp.n_vocab;
-    if (nf_state_rollback(io->st, &sp->ck) < 0) return -1;
-    if (nf_spec_target_forward(sp, io->be, io->st, sp->blk, keep + 1, NULL, 0) < 0) return -1;
-    memcpy(io->logits, sp->vlog + (size_t)keep * V, (size_t)V * sizeof(float));
-    sp->n_blk = keep + 1;
+    int n = sp->off + keep + 1;
+    if (io->st->pos != sp->ck.pos && nf_state_rollback(io->st, &sp->ck) < 0) return -1;
+    sp->n_lazy = 0;
+    if (nf_spec_target_forward(sp, io->be, io->st, sp->blk, n, NULL, 0) < 0) return -1;
+    memcpy(io->logits, sp->vlog + (size_t)(n - 1) * V, (size_t)V * sizeof(float));
+    sp->n_blk = n;
     return 0;
 }
+
+int nf_spec_flush(nf_spec *sp, nf_spec_io *io) {
+    if (sp->n_lazy == 0) return 0;
+    int L = sp->n_lazy;
+    sp->n_lazy = 0;
+    if (io->st->pos + L != (int64_t)io->n_hist)
+        return nf_fail("spec: flush: the state (%lld tokens + %d deferred) does not match the history (%zu)",
+                       (long long)io->st->pos, L, io->n_hist);
+    double t0 = now_s();
+    int rc = nf_spec_target_forward(sp, io->be, io->st, sp->lazy, L, NULL, 0);
+    sp->stats.rerun_s += now_s() - t0;
+    return rc;
+}
+
+bool nf_spec_lazy(const nf_spec *sp) { return sp->n_lazy > 0; }

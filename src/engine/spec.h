@@ -105,6 +105,8 @@ typedef struct {
     int backoff_min;     /* serial tokens after the first park (default 16) */
     int backoff_max;     /* cap of the doubling back-off (default 512) */
     uint64_t seed;       /* PRNG of the sampled acceptance (default: the sampler's seed is mixed in) */
+    bool no_defer;       /* re-run the accepted tokens at once after a partial accept instead of deferring them
+                            into the next forward (default false: defer) */
 } nf_spec_params;
 
 nf_spec_params nf_spec_defaults(void);
@@ -145,8 +147,9 @@ typedef struct {
     int64_t committed;     /* tokens committed by cycles (accepted + 1 per cycle) */
     int64_t serial;        /* tokens fed without verification (serial mode, parked, reasoning, no draft) */
     int64_t no_draft;      /* of which: the drafter proposed nothing */
-    int64_t rollbacks;     /* partial accepts (rollback + re-run) */
-    int64_t rerun_tokens;  /* tokens re-run after rollbacks */
+    int64_t rollbacks;     /* partial accepts (rollback to the cycle's checkpoint) */
+    int64_t rerun_tokens;  /* accepted tokens re-run at once after a rollback */
+    int64_t deferred_tokens; /* accepted tokens whose re-run was deferred into the next forward */
     int64_t parks, probes; /* controller decisions */
     double draft_s, verify_s, rerun_s, serial_s; /* wall time by phase */
     double rate_serial, rate_spec; /* the controller's current windowed estimates (tokens/s) */
@@ -187,11 +190,19 @@ void nf_spec_begin(nf_spec *sp);
 /* A token the previous cycle already chose (sampling mode, after a rejected draft), or -1. Taking it clears it. */
 int32_t nf_spec_take_pending(nf_spec *sp);
 /* Feed the sampled token `tok` (already accepted by io->smp), plus up to max_extra verified drafts when the
- * controller admits speculation. On return the state has consumed tok and extra[0..*n_extra) (accepted by
- * io->smp too) and io->logits follow the last of them. 0, or -1 with nf_fail() (state undefined). */
+ * controller admits speculation. On return tok and extra[0..*n_extra) are committed (accepted by io->smp too)
+ * and io->logits follow the last of them. The state has consumed them, EXCEPT after a partial accept: then the
+ * state was rolled back to the cycle's checkpoint and the committed tokens are "deferred" — they are fed at the
+ * start of the next forward (the next feed's serial step or verify batch), which saves the separate re-run
+ * forward. io->n_hist is the committed history (io->st->pos + deferred). Call nf_spec_flush before the state is
+ * used by anything else. 0, or -1 with nf_fail() (state undefined). */
 int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_t *extra, int *n_extra);
+/* Feed the deferred tokens now (no-op when there are none): afterwards the state has consumed io->hist. */
+int nf_spec_flush(nf_spec *sp, nf_spec_io *io);
+bool nf_spec_lazy(const nf_spec *sp);
 /* After a feed that returned n_extra > 0: keep only tok and the first `keep` extras (0 <= keep < n_extra),
- * e.g. the caller stopped mid-block: rolls back to the cycle's checkpoint and re-runs them, sets io->logits.
+ * e.g. the caller stopped mid-block: rolls back to the cycle's checkpoint and re-runs them (with any tokens
+ * deferred before the cycle), so the state has consumed the kept history; sets io->logits.
  * The sampler's history is NOT rewound (the caller rebuilds it). Clears the pending token. 0 or -1. */
 int nf_spec_truncate(nf_spec *sp, nf_spec_io *io, int keep);
 const nf_spec_stats *nf_spec_stats_get(nf_spec *sp);

@@ -250,12 +250,14 @@ Test(spec, rollback_every_position) {
     int32_t *ref = malloc((np + n1) * sizeof *ref);
     memcpy(ref, prompt, np * sizeof *ref);
     memcpy(ref + np, a, n1 * sizeof *ref);
-    for (int bad = 0; bad <= K; bad++) {
+    for (int v = 0; v < 2 * (K + 1); v++) {
+        int bad = v % (K + 1);
+        bool no_defer = v > K; /* both ways of restoring a partial accept: deferred re-run and immediate re-run */
         oracle o = {.ref = ref, .n_ref = np + n1, .bad = bad, .V = V};
         nf_session *spc = open_s(base_path, 0);
         nf_spec *sp = nf_spec_new(make_oracle(&o), &(nf_spec_params){.mode = NF_SPEC_SPECULATIVE, .draft_max = K,
                                                                     .window = 8, .min_cycles = 2, .backoff_min = 1,
-                                                                    .backoff_max = 1});
+                                                                    .backoff_max = 1, .no_defer = no_defer});
         nf_session_set_spec(spc, sp);
         size_t n2;
         int32_t *b = run_gen(spc, prompt, np, N, &n2, -1, NULL);
@@ -270,6 +272,8 @@ Test(spec, rollback_every_position) {
         cr_assert_leq(full, 2, "bad=%d: %lld cycles accepted another count", bad, (long long)full);
         if (bad == K) cr_assert_eq(st->rollbacks, 0, "all drafts right: no rollback");
         else cr_assert_geq(st->rollbacks, st->hist[bad] - 1, "bad=%d: a rejected draft must roll back", bad);
+        if (no_defer) cr_assert_eq(st->deferred_tokens, 0);
+        else if (bad < K) cr_assert_gt(st->deferred_tokens, 0, "bad=%d: nothing deferred", bad);
         nf_session *chk = open_s(base_path, 0);
         size_t n3;
         int32_t *c = run_gen(chk, prompt, np, N, &n3, -1, NULL);
@@ -295,8 +299,10 @@ Test(spec, stop_inside_block) {
     int32_t *ref = malloc((np + n1) * sizeof *ref);
     memcpy(ref, prompt, np * sizeof *ref);
     memcpy(ref + np, a, n1 * sizeof *ref);
-    oracle o = {.ref = ref, .n_ref = np + n1, .bad = 99, .V = V};
-    for (int m = 1; m <= 9; m++) {
+    for (int v = 0; v < 18; v++) {
+        int m = 1 + v % 9;
+        /* all drafts right, or draft 2 of each block wrong (partial accepts with deferred re-runs before the stop) */
+        oracle o = {.ref = ref, .n_ref = np + n1, .bad = v < 9 ? 99 : 2, .V = V};
         nf_session *spc = open_s(base_path, 0), *chk = open_s(base_path, 0);
         nf_session_set_spec(spc, nf_spec_new(make_oracle(&o), &(nf_spec_params){.mode = NF_SPEC_SPECULATIVE,
                                                                                 .draft_max = 6, .window = 8,
@@ -312,7 +318,7 @@ Test(spec, stop_inside_block) {
         cr_assert_eq(nf_session_generate(spc, &g, on_tok, &c1, NULL), 0);
         cr_assert_eq(nf_session_generate(chk, &g, on_tok, &c2, NULL), 0);
         cr_assert_eq(c1.n, c2.n);
-        cr_assert(!memcmp(c1.ids, c2.ids, c1.n * sizeof *c1.ids), "m=%d: continuation differs", m);
+        cr_assert(!memcmp(c1.ids, c2.ids, c1.n * sizeof *c1.ids), "m=%d bad=%d: continuation differs", m, o.bad);
         assert_same_state(chk, spc);
         free(c1.ids);
         free(c2.ids);
@@ -433,6 +439,9 @@ Test(spec, sampling_preserves_distribution) {
             c2[x2]++;
             n2++;
         }
+        nf_spec_io fio = io;
+        fio.n_hist = np + 1 + (size_t)ne; /* the committed history; the flush feeds what a rollback deferred */
+        cr_assert_eq(nf_spec_flush(sp, &fio), 0, "%s", nf_error());
         cr_assert_eq(st->pos, (int64_t)np + 1 + ne, "state position after the cycle");
     }
     int dof1, dof2;
