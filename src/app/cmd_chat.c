@@ -77,6 +77,8 @@ typedef struct {
     const char *draft;      /* --draft lookup|mtp|model:FILE (NULL: no speculative decoding) */
     int draft_max;          /* --draft-max K (<= 0: the default) */
     const char *spec_mode;  /* --spec-mode serial|conservative|speculative */
+    const char *spec_set[16]; /* --spec-set KEY=VALUE (nf_spec_params_set) */
+    int n_spec_set;
 } cli_opts;
 
 static void usage(FILE *f, bool chat) {
@@ -109,7 +111,9 @@ static void usage(FILE *f, bool chat) {
                "      --draft D         speculative decoding with drafter D: lookup (prompt n-grams), mtp, or\n"
                "                        model:FILE (a draft GGUF with the same tokenizer); see docs/speculative.md\n"
                "      --draft-max K     drafts verified per cycle (default 6)\n"
-               "      --spec-mode M     serial | conservative (default: speculate while it pays) | speculative\n",
+               "      --spec-mode M     serial | conservative (default: speculate while it pays) | speculative\n"
+               "      --spec-set K=V    any speculative parameter (reasoning=1, window, margin, warmup, backoff_min,\n"
+               "                        backoff_max, min_cycles, no_defer, seed; docs/speculative.md), repeatable\n",
             chat ? 1024 : 256);
 }
 
@@ -179,6 +183,14 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
                 return 2;
             }
             o->spec_mode = v;
+        } else if (OPT(NULL, "--spec-set")) {
+            NEED();
+            nf_spec_params tmp = nf_spec_defaults();
+            if (nf_spec_params_set(&tmp, v) < 0 || o->n_spec_set == 16) {
+                fprintf(stderr, "%s: --spec-set: %s\n", nf_progname, o->n_spec_set == 16 ? "too many" : nf_error());
+                return 2;
+            }
+            o->spec_set[o->n_spec_set++] = v;
         }
         else {
             fprintf(stderr, "%s %s: unknown or incomplete option '%s'\n", nf_progname, chat ? "chat" : "run", a);
@@ -249,6 +261,7 @@ static nf_session *open_session(const cli_opts *o) {
         nf_spec_params sp = nf_spec_defaults();
         if (o->draft_max > 0) sp.draft_max = o->draft_max;
         if (o->spec_mode) nf_spec_mode_parse(o->spec_mode, &sp.mode);
+        for (int i = 0; i < o->n_spec_set; i++) nf_spec_params_set(&sp, o->spec_set[i]);
         sp.seed = o->sp.seed;
         nf_session_set_spec(s, nf_spec_new(d, &sp));
     }

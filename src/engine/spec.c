@@ -56,6 +56,49 @@ nf_spec_params nf_spec_defaults(void) {
     return p;
 }
 
+int nf_spec_params_set(nf_spec_params *p, const char *kv) {
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv || !eq[1]) return nf_fail("spec option '%s': expected key=value", kv);
+    size_t kl = (size_t)(eq - kv);
+    const char *v = eq + 1;
+    char *end = NULL;
+#define KEY(s) (kl == strlen(s) && !strncmp(kv, s, kl))
+    if (KEY("mode")) return nf_spec_mode_parse(v, &p->mode);
+    if (KEY("reasoning") || KEY("no_defer")) {
+        bool b;
+        if (!strcmp(v, "1") || !strcmp(v, "true")) b = true;
+        else if (!strcmp(v, "0") || !strcmp(v, "false")) b = false;
+        else return nf_fail("spec option %.*s: expected 0/1/true/false, got '%s'", (int)kl, kv, v);
+        if (KEY("reasoning")) p->reasoning = b;
+        else p->no_defer = b;
+        return 0;
+    }
+    if (KEY("margin")) {
+        double d = strtod(v, &end);
+        if (*end || !(d > -1 && d < 100)) return nf_fail("spec option margin: bad value '%s'", v);
+        p->margin = d;
+        return 0;
+    }
+    if (KEY("seed")) {
+        unsigned long long u = strtoull(v, &end, 10);
+        if (*end) return nf_fail("spec option seed: bad value '%s'", v);
+        p->seed = u;
+        return 0;
+    }
+    long l = strtol(v, &end, 10);
+    if (*end || l < 0 || l > 1000000) return nf_fail("spec option %.*s: bad value '%s'", (int)kl, kv, v);
+    if (KEY("draft_max")) p->draft_max = (int)l;
+    else if (KEY("window")) p->window = (int)l;
+    else if (KEY("min_cycles")) p->min_cycles = (int)l;
+    else if (KEY("warmup")) p->warmup = (int)l;
+    else if (KEY("backoff_min")) p->backoff_min = (int)l;
+    else if (KEY("backoff_max")) p->backoff_max = (int)l;
+    else return nf_fail("spec option: unknown key '%.*s' (mode, draft_max, reasoning, window, min_cycles, warmup, "
+                        "margin, backoff_min, backoff_max, seed, no_defer)", (int)kl, kv);
+#undef KEY
+    return 0;
+}
+
 /* ---- admission controller ------------------------------------------------------------------------------ */
 
 void nf_spec_ctl_init(nf_spec_ctl *c, const nf_spec_params *p) {

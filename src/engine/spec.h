@@ -110,6 +110,9 @@ typedef struct {
 } nf_spec_params;
 
 nf_spec_params nf_spec_defaults(void);
+/* Set one parameter from "key=value" (keys: the field names above; mode takes a mode name, booleans 0/1,
+ * true/false). 0, or -1 with nf_fail() naming the problem. For CLI / server options. */
+int nf_spec_params_set(nf_spec_params *p, const char *kv);
 
 /* The controller on its own (pure bookkeeping: times are given, so it can be tested with a fake clock). */
 typedef struct {

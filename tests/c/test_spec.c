@@ -677,3 +677,22 @@ Test(spec, mtp_chunk_invariance) {
     nf_model_free(m);
     unlink(fused);
 }
+
+Test(spec, params_set) {
+    nf_spec_params p = nf_spec_defaults();
+    cr_assert_eq(nf_spec_params_set(&p, "mode=speculative"), 0);
+    cr_assert_eq(p.mode, NF_SPEC_SPECULATIVE);
+    cr_assert_eq(nf_spec_params_set(&p, "reasoning=1"), 0);
+    cr_assert(p.reasoning);
+    cr_assert_eq(nf_spec_params_set(&p, "margin=0.1"), 0);
+    cr_assert_float_eq(p.margin, 0.1, 1e-12);
+    cr_assert_eq(nf_spec_params_set(&p, "window=32"), 0);
+    cr_assert_eq(p.window, 32);
+    cr_assert_eq(nf_spec_params_set(&p, "no_defer=true"), 0);
+    cr_assert(p.no_defer);
+    const char *bad[] = {"window", "=3", "window=", "window=-1", "window=3x", "nope=1", "reasoning=maybe",
+                         "mode=fast", "margin=abc"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_assert_eq(nf_spec_params_set(&p, bad[i]), -1, "'%s' accepted", bad[i]);
+    cr_assert_eq(p.window, 32, "a refused option changed nothing");
+}

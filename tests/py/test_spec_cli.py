@@ -43,6 +43,7 @@ PROMPTS = ["SELECT name, email FROM users WHERE active = 1; SELECT name, email F
 def test_greedy_identical_fixture(model, prompt):
     ref, _ = run(model, prompt)
     for extra in (["--draft", "lookup", "--spec-mode", "speculative"], ["--draft", "lookup"],
+                  ["--draft", "lookup", "--spec-set", "mode=speculative", "--spec-set", "no_defer=1"],
                   ["--draft", "model:" + model, "--draft-max", "3"]):
         out, err = run(model, prompt, *extra)
         assert out == ref, f"{extra}: output differs from serial"
@@ -66,6 +67,8 @@ def test_bad_options(model):
     assert r.returncode == 1 and b"lookup, mtp or model:FILE" in r.stderr
     r = subprocess.run([NF, "run", "-m", model, "-p", "x", "--draft", "model:/nonexistent.gguf"], capture_output=True)
     assert r.returncode == 1 and b"nonexistent" in r.stderr
+    r = subprocess.run([NF, "run", "-m", model, "-p", "x", "--spec-set", "window=x"], capture_output=True)
+    assert r.returncode == 2 and b"--spec-set" in r.stderr
     r = subprocess.run([NF, "run", "-m", model, "-p", "x", "--draft", "mtp"], capture_output=True)
     assert r.returncode == 1 and b"no MTP block" in r.stderr
 
