@@ -83,6 +83,7 @@ typedef struct {
     bool have_ck;
     float *logits;       /* after h[n_h-1] */
     bool have_logits;
+    float *ck_logits;    /* the logits at the checkpoint */
 } model_impl;
 
 static void mh_push(model_impl *M, const int32_t *ids, size_t n) {
@@ -111,19 +112,22 @@ static void model_reset(model_impl *M) {
     M->have_ck = false;
 }
 
-static int model_draft(nf_drafter *d, const int32_t *ctx, size_t n, int32_t *out, int max) {
+/* Greedy (smp NULL) or sampled drafts: the draft state is brought to exactly ctx, checkpointed, then drafts are
+ * chosen one per forward (the last one is not fed). */
+static int model_draft_any(nf_drafter *d, const int32_t *ctx, size_t n, int32_t *out, int max, nf_sampler *smp,
+                           nf_rng *rng, float *q) {
     model_impl *M = d->impl;
-    /* bring the draft state to exactly ctx */
     size_t c = 0;
     while (c < n && c < M->n_h && M->h[c] == ctx[c]) c++;
     if (c < M->n_h) {
-        if (M->have_ck && (size_t)M->ck.pos <= c && (size_t)M->ck.pos < n) {
+        if (M->have_ck && (size_t)M->ck.pos <= c) {
             if (nf_state_rollback(M->st, &M->ck) < 0) goto fail;
             M->n_h = (size_t)M->ck.pos;
+            memcpy(M->logits, M->ck_logits, (size_t)M->V * sizeof(float));
+            M->have_logits = M->n_h > 0;
         } else {
             model_reset(M);
         }
-        M->have_logits = false;
     }
     for (size_t i = 0; i < n; i++)
         if (ctx[i] < 0 || ctx[i] >= M->V) return nf_fail("draft model: token %d out of its vocabulary", ctx[i]);
@@ -137,23 +141,34 @@ static int model_draft(nf_drafter *d, const int32_t *ctx, size_t n, int32_t *out
     M->have_ck = false;
     if (nf_state_checkpoint(M->st, &M->ck) < 0) goto fail;
     M->have_ck = true;
-    /* greedy drafts; the last one is not fed */
-    int k = 0;
-    for (; k < max; k++) {
-        out[k] = argmax(M->logits, M->V);
-        if (k + 1 == max) {
-            k++;
-            break;
+    memcpy(M->ck_logits, M->logits, (size_t)M->V * sizeof(float));
+    for (int k = 0; k < max; k++) {
+        if (smp) {
+            float *qk = q + (size_t)k * M->V;
+            nf_sampler_probs(smp, M->logits, qk);
+            out[k] = nf_draw(qk, M->V, rng);
+        } else {
+            out[k] = argmax(M->logits, M->V);
         }
+        if (k + 1 == max) break;
         if (nf_forward(M->be, M->st, &out[k], 1, M->logits, 0, NULL) < 0) goto fail;
         mh_push(M, &out[k], 1);
     }
-    /* the logits now follow the last fed draft: the next call rolls back to the checkpoint anyway */
-    return k;
+    /* the logits now follow the last fed draft: the next call rolls back to the checkpoint */
+    return max;
 fail:
     nf_fail_prefix("draft model");
     model_reset(M);
     return -1;
+}
+
+static int model_draft(nf_drafter *d, const int32_t *ctx, size_t n, int32_t *out, int max) {
+    return model_draft_any(d, ctx, n, out, max, NULL, NULL, NULL);
+}
+
+static int model_draft_sampled(nf_drafter *d, const int32_t *ctx, size_t n, int32_t *out, int max, nf_sampler *smp,
+                               nf_rng *rng, float *q) {
+    return model_draft_any(d, ctx, n, out, max, smp, rng, q);
 }
 
 static void model_destroy(nf_drafter *d) {
@@ -165,6 +180,7 @@ static void model_destroy(nf_drafter *d) {
         nf_model_free(M->m);
         free(M->h);
         free(M->logits);
+        free(M->ck_logits);
         free(M);
     }
     free(d);
@@ -189,12 +205,14 @@ nf_drafter *nf_drafter_model(const char *path, int32_t n_vocab, int n_threads, n
     d->name = "model";
     d->impl = M;
     d->draft = model_draft;
+    d->draft_sampled = model_draft_sampled;
     d->destroy = model_destroy;
     M->be = (backend ? backend : nf_cpu_backend_create)(m, n_threads);
     if (!M->be) goto fail;
     M->st = nf_backend_state_create(M->be, 1024);
     if (!M->st) goto fail;
     M->logits = nf_xmalloc((size_t)M->V * sizeof(float));
+    M->ck_logits = nf_xmalloc((size_t)M->V * sizeof(float));
     return d;
 fail:
     nf_fail_prefix("draft model %s", path);

@@ -167,7 +167,8 @@ static int32_t argmax(const float *x, int32_t n) {
     return b;
 }
 
-static int mtp_draft(nf_drafter *d, const int32_t *ctx, size_t n_ctx, int32_t *out, int max) {
+static int mtp_draft_any(nf_drafter *d, const int32_t *ctx, size_t n_ctx, int32_t *out, int max, nf_sampler *smp,
+                         nf_rng *rng, float *q) {
     mtp_impl *M = d->impl;
     const size_t n = (size_t)M->n;
     if (!M->synced) return 0;
@@ -199,7 +200,13 @@ static int mtp_draft(nf_drafter *d, const int32_t *ctx, size_t n_ctx, int32_t *o
         if (block(M, &tok, M->hprev, 1) < 0) goto fail;
         if (M->be->rmsnorm(M->be, &L->nextn_shared_head_norm, M->x, 1, M->z) < 0) goto fail;
         if (M->be->linear(M->be, &M->mm.output, M->z, 1, M->logits) < 0) goto fail;
-        out[k] = tok = argmax(M->logits, M->V);
+        if (smp) {
+            float *qk = q + (size_t)k * M->V;
+            nf_sampler_probs(smp, M->logits, qk);
+            out[k] = tok = nf_draw(qk, M->V, rng);
+        } else {
+            out[k] = tok = argmax(M->logits, M->V);
+        }
         memcpy(M->hprev, M->z, n * sizeof(float)); /* chained: the block's own post-norm output */
     }
     if (nf_state_rollback(M->st, &cd) < 0) goto fail;
@@ -211,6 +218,15 @@ fail0:
     nf_fail_prefix("mtp drafter");
     desync(M);
     return -1;
+}
+
+static int mtp_draft(nf_drafter *d, const int32_t *ctx, size_t n_ctx, int32_t *out, int max) {
+    return mtp_draft_any(d, ctx, n_ctx, out, max, NULL, NULL, NULL);
+}
+
+static int mtp_draft_sampled(nf_drafter *d, const int32_t *ctx, size_t n_ctx, int32_t *out, int max, nf_sampler *smp,
+                             nf_rng *rng, float *q) {
+    return mtp_draft_any(d, ctx, n_ctx, out, max, smp, rng, q);
 }
 
 static void mtp_destroy(nf_drafter *d) {
@@ -258,6 +274,7 @@ nf_drafter *nf_drafter_mtp(const nf_model *target, int n_threads) {
     d->name = "mtp";
     d->impl = M;
     d->draft = mtp_draft;
+    d->draft_sampled = mtp_draft_sampled;
     d->observe = mtp_observe;
     d->destroy = mtp_destroy;
     M->be = nf_cpu_backend_create(&M->mm, n_threads);

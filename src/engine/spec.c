@@ -213,6 +213,9 @@ struct nf_spec {
     bool have_ck;
     float *hid;            /* target hidden states for observe() */
     size_t cap_hid;
+    float *q;              /* [K][n_vocab] drafter distributions (sampled drafts) */
+    size_t cap_q;
+    nf_sampler *dsmp;      /* the target's sampling parameters without penalties, for the drafter's q */
 };
 
 nf_spec *nf_spec_new(nf_drafter *d, const nf_spec_params *p) {
@@ -240,6 +243,8 @@ void nf_spec_free(nf_spec *sp) {
     free(sp->vlog);
     free(sp->probs);
     free(sp->hid);
+    free(sp->q);
+    nf_sampler_free(sp->dsmp);
     free(sp);
 }
 
@@ -258,6 +263,8 @@ void nf_spec_begin(nf_spec *sp) {
     sp->pending = -1;
     sp->n_blk = 0;
     sp->n_lazy = 0;
+    nf_sampler_free(sp->dsmp); /* rebuilt from the request's sampling parameters on first use */
+    sp->dsmp = NULL;
 }
 
 int32_t nf_spec_take_pending(nf_spec *sp) {
@@ -329,6 +336,37 @@ static int feed_serial(nf_spec *sp, nf_spec_io *io, int L, bool no_draft, double
     return 0;
 }
 
+int32_t nf_draw(const float *q, int32_t V, nf_rng *r) {
+    double tot = 0;
+    for (int32_t i = 0; i < V; i++) tot += q[i];
+    double u = nf_rng_uniform(r) * tot, acc = 0;
+    int32_t last = 0;
+    for (int32_t i = 0; i < V; i++) {
+        if (q[i] <= 0) continue;
+        acc += q[i];
+        last = i;
+        if (u < acc) return i;
+    }
+    return last;
+}
+
+/* A draw from max(0, p - q) (normalised); -1 when it is all zero (p <= q everywhere: cannot follow a rejection). */
+static int32_t sample_residual_q(nf_spec *sp, const float *p, const float *q, int32_t V) {
+    double tot = 0;
+    for (int32_t i = 0; i < V; i++)
+        if (p[i] > q[i]) tot += (double)p[i] - q[i];
+    if (tot <= 0) return -1;
+    double u = nf_rng_uniform(&sp->rng) * tot, acc = 0;
+    int32_t last = -1;
+    for (int32_t i = 0; i < V; i++) {
+        if (p[i] <= q[i]) continue;
+        acc += (double)p[i] - q[i];
+        last = i;
+        if (u < acc) return i;
+    }
+    return last;
+}
+
 static int32_t sample_residual(nf_spec *sp, const float *p, int32_t V, int32_t skip) {
     double tot = 0;
     for (int32_t i = 0; i < V; i++)
@@ -372,7 +410,26 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
     memcpy(sp->ctx, io->hist, io->n_hist * sizeof *sp->ctx);
     sp->ctx[io->n_hist] = tok;
     int32_t *dr = sp->blk + L + 1;
-    int nd = sp->d->draft(sp->d, sp->ctx, io->n_hist + 1, dr, K);
+    bool greedy = !io->sp || io->sp->temperature <= 0;
+    bool sampled = !greedy && sp->d->draft_sampled;
+    int nd;
+    if (sampled) { /* drafts drawn from the drafter's own distribution q (kept for the acceptance test) */
+        const int32_t Vd = V;
+        if ((size_t)K * (size_t)Vd > sp->cap_q) {
+            free(sp->q);
+            sp->q = nf_xmalloc((size_t)K * (size_t)Vd * sizeof(float));
+            sp->cap_q = (size_t)K * (size_t)Vd;
+        }
+        if (!sp->dsmp) {
+            nf_sampler_params dp = *io->sp;
+            dp.repetition_penalty = 1, dp.presence_penalty = 0, dp.frequency_penalty = 0, dp.penalty_last_n = 0;
+            sp->dsmp = nf_sampler_new(&dp, Vd);
+            if (!sp->dsmp) return -1;
+        }
+        nd = sp->d->draft_sampled(sp->d, sp->ctx, io->n_hist + 1, dr, K, sp->dsmp, &sp->rng, sp->q);
+    } else {
+        nd = sp->d->draft(sp->d, sp->ctx, io->n_hist + 1, dr, K);
+    }
     if (nd < 0) return -1;
     for (int i = 0; i < nd; i++) { /* never verify past a stop token or an invalid id */
         if (dr[i] < 0 || dr[i] >= V || (io->is_stop && io->is_stop(io->user, dr[i]))) {
@@ -402,7 +459,6 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
     sp->stats.verify_s += t2 - t1;
 
     /* accept: row L + i follows blk[L + i] (row L follows tok) */
-    bool greedy = !io->sp || io->sp->temperature <= 0;
     int j = 0;
     for (; j < nd; j++) {
         const float *row = sp->vlog + (size_t)(L + j) * V;
@@ -417,7 +473,14 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
             }
             nf_sampler_probs(io->smp, row, sp->probs);
             double u = nf_rng_uniform(&sp->rng);
-            if (!(u < sp->probs[d])) {
+            if (sampled) { /* q = the drafter's distribution: accept with min(1, p/q), else max(0, p - q) */
+                const float *q = sp->q + (size_t)j * V;
+                if (!(u * q[d] < sp->probs[d])) {
+                    int32_t r = sample_residual_q(sp, sp->probs, q, V);
+                    sp->pending = r >= 0 ? r : nf_draw(sp->probs, V, &sp->rng);
+                    break;
+                }
+            } else if (!(u < sp->probs[d])) { /* q one-hot on d */
                 sp->pending = sample_residual(sp, sp->probs, V, d);
                 break;
             }

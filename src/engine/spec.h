@@ -55,7 +55,15 @@ struct nf_drafter {
      * consumed toks[0..T) at positions p0.. and hidden[T][n_embd] are their final hidden states
      * (nf_forward_ex). 0 or -1. */
     int (*observe)(nf_drafter *d, int64_t p0, const int32_t *toks, int T, const float *hidden);
+    /* Optional (drafters with a distribution: model, mtp): sampled drafts for sampling mode. Like draft, but
+     * draft i is drawn (nf_draw with rng) from q_i = nf_sampler_probs(smp, the drafter's logits), written to
+     * q[i][n_vocab]. The verifier then accepts with min(1, p/q) and draws rejections from max(0, p - q). */
+    int (*draft_sampled)(nf_drafter *d, const int32_t *ctx, size_t n, int32_t *out, int max, nf_sampler *smp,
+                         nf_rng *rng, float *q);
 };
+
+/* A draw from the distribution q[V] (sums to 1) with r. */
+int32_t nf_draw(const float *q, int32_t V, nf_rng *r);
 
 void nf_drafter_free(nf_drafter *d);
 

@@ -696,3 +696,96 @@ Test(spec, params_set) {
         cr_assert_eq(nf_spec_params_set(&p, bad[i]), -1, "'%s' accepted", bad[i]);
     cr_assert_eq(p.window, 32, "a refused option changed nothing");
 }
+
+/* Sampled drafts from a draft model's own distribution q (accept with min(1, p/q), reject into max(0, p - q)):
+ * the committed tokens still follow the target. Draft model = the fixture `nondefault` (q far from p). Position
+ * 1 over all cycles, position 2 given that the first draft a was accepted, against nf_sampler_probs. The draft
+ * model is the fixture converted with the Q8 recipe: close to the target but not equal (q != p). */
+Test(spec, sampling_with_draft_distribution) {
+    char q8[128];
+    snprintf(q8, sizeof q8, "/tmp/nf-test-spec-%d-base-q8.gguf", (int)getpid());
+    nf_convert_opts co = {.hf_dir = "tests/data/fixtures/base", .out_path = q8, .recipe = "q8", .n_threads = 2,
+                          .quiet = true, .no_tokenizer = true};
+    cr_assert_eq(nf_convert(&co, NULL), 0, "%s", nf_error());
+    nf_model *m = nf_model_load(base_path);
+    cr_assert_not_null(m, "%s", nf_error());
+    nf_backend *be = nf_cpu_backend_create(m, 2);
+    const int V = m->hp.n_vocab;
+    nf_state *st = nf_state_create(&m->hp, 64);
+    int32_t prompt[64];
+    size_t np = make_prompt(7, V, prompt);
+    float *lg = malloc((size_t)V * sizeof(float)), *lg2 = malloc((size_t)2 * V * sizeof(float));
+    cr_assert_eq(nf_prefill(be, st, prompt, (int64_t)np, 0, lg, 0, NULL), 0, "%s", nf_error());
+    nf_state *base = nf_state_snapshot(st);
+    int32_t t = 5;
+    nf_sampler_params spar = nf_sampler_defaults();
+    spar.min_p = 0;
+    spar.temperature = 0.2f;
+    float *p1 = malloc((size_t)V * sizeof(float)), *p2 = malloc((size_t)V * sizeof(float));
+    nf_sampler *ref = nf_sampler_new(&spar, V);
+    nf_state *tmp = nf_state_snapshot(base);
+    int32_t two[2] = {t, 0};
+    cr_assert_eq(nf_forward(be, tmp, two, 1, lg2, 1, NULL), 0);
+    nf_sampler_probs(ref, lg2, p1);
+    nf_drafter *dr = nf_drafter_model(q8, V, 1, NULL);
+    cr_assert_not_null(dr, "%s", nf_error());
+    cr_assert_not_null(dr->draft_sampled);
+    nf_spec *sp = nf_spec_new(dr, &(nf_spec_params){.mode = NF_SPEC_SPECULATIVE, .draft_max = 2,
+                                                    .seed = getenv("NF_SPEC_SEED") ? strtoull(getenv("NF_SPEC_SEED"), NULL, 10) : 7});
+    const int N = getenv("NF_SPEC_N") ? atoi(getenv("NF_SPEC_N")) : 6000;
+    int *c1 = calloc((size_t)V, sizeof(int));
+    int32_t *acc_a = malloc((size_t)N * sizeof(int32_t)), *acc_x2 = malloc((size_t)N * sizeof(int32_t));
+    int n_acc = 0;
+    nf_sampler *smp = nf_sampler_new(&spar, V);
+    for (int it = 0; it < N; it++) {
+        nf_state_restore(st, base);
+        nf_sampler_reset(smp);
+        nf_spec_begin(sp);
+        nf_spec_io io = {.be = be, .st = st, .hist = prompt, .n_hist = np, .logits = lg, .smp = smp, .sp = &spar};
+        int32_t extra[4];
+        int ne;
+        cr_assert_eq(nf_spec_feed(sp, &io, t, 2, extra, &ne), 0, "%s", nf_error());
+        int32_t x1 = ne >= 1 ? extra[0] : nf_spec_take_pending(sp);
+        cr_assert(x1 >= 0 && x1 < V);
+        c1[x1]++;
+        if (ne >= 1) {
+            int32_t x2 = ne >= 2 ? extra[1] : nf_spec_take_pending(sp);
+            cr_assert(x2 >= 0 && x2 < V);
+            acc_a[n_acc] = x1, acc_x2[n_acc] = x2, n_acc++;
+        }
+        nf_spec_take_pending(sp);
+    }
+    const nf_spec_stats *ss = nf_spec_stats_get(sp);
+    (void)ss;
+    /* the most frequent accepted first draft */
+    int *ca = calloc((size_t)V, sizeof(int));
+    for (int i = 0; i < n_acc; i++) ca[acc_a[i]]++;
+    int32_t a = 0;
+    for (int i = 1; i < V; i++)
+        if (ca[i] > ca[a]) a = i;
+    two[1] = a;
+    nf_state_restore(tmp, base);
+    cr_assert_eq(nf_forward(be, tmp, two, 2, lg2, 1, NULL), 0);
+    nf_sampler_probs(ref, lg2 + V, p2);
+    int *c2 = calloc((size_t)V, sizeof(int));
+    int n2 = 0;
+    for (int i = 0; i < n_acc; i++)
+        if (acc_a[i] == a) c2[acc_x2[i]]++, n2++;
+    int dof1, dof2;
+    double x1s = chi2(c1, p1, V, N, &dof1), x2s = chi2(c2, p2, V, n2, &dof2);
+    fprintf(stderr, "spec sampled drafts (q = draft model): first draft accepted in %d/%d cycles; chi2 pos1 %.1f (dof %d), "
+                    "pos2|a=%d %.1f (dof %d, n %d)\n", n_acc, N, x1s, dof1, a, x2s, dof2, n2);
+    cr_assert_lt(x1s, dof1 + 5 * sqrt(2.0 * dof1) + 10, "position 1 distribution differs from the target");
+    cr_assert_lt(x2s, dof2 + 5 * sqrt(2.0 * dof2) + 10, "position 2 distribution differs from the target");
+    cr_assert_gt(n2, 200, "too few accepted first drafts to test position 2");
+    nf_spec_free(sp);
+    nf_sampler_free(smp);
+    nf_sampler_free(ref);
+    free(c1), free(c2), free(ca), free(acc_a), free(acc_x2), free(p1), free(p2), free(lg), free(lg2);
+    nf_state_free(tmp);
+    nf_state_free(base);
+    nf_state_free(st);
+    nf_backend_free(be);
+    nf_model_free(m);
+    unlink(q8);
+}
