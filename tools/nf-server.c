@@ -11,6 +11,7 @@
 #include "engine/session.h"
 #include "server/disk_cache.h"
 #include "server/http.h"
+#include "server/prefix_cache.h"
 #include "server/worker.h"
 #include "util/error.h"
 
@@ -37,6 +38,7 @@ static void usage(void) {
             "  --keepalive S          streaming keepalive interval in seconds (default 5)\n"
             "  --max-connections N    concurrent connections (default 64)\n"
             "  --checkpoints N        state checkpoints kept for prefix reuse (default 16)\n"
+            "  --ram-cache-mb N       RAM for copies of conversations the live state gave up (default 2048; 0: off)\n"
             "  --kv-disk-dir DIR      save states to DIR at prompt ends and resume from them (survives restarts)\n"
             "  --kv-disk-space-mb N   disk budget of DIR (default 4096; least recently used files go first)\n"
             "  --kv-disk-min-tokens N only save prompts of at least N tokens (default 512)\n"
@@ -50,7 +52,7 @@ int main(int argc, char **argv) {
     sess.max_checkpoints = 16;
     nf_worker_opts wo = {0};
     const char *disk_dir = NULL;
-    long long disk_mb = 4096, disk_min = 512;
+    long long disk_mb = 4096, disk_min = 512, ram_mb = 2048;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -71,6 +73,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--checkpoints") && more) sess.max_checkpoints = atoi(argv[++i]);
         else if (!strcmp(a, "--allow-forced-output")) wo.allow_forced_output = true;
         else if (!strcmp(a, "--kv-disk-dir") && more) disk_dir = argv[++i];
+        else if (!strcmp(a, "--ram-cache-mb") && more) ram_mb = atoll(argv[++i]);
         else if (!strcmp(a, "--kv-disk-space-mb") && more) disk_mb = atoll(argv[++i]);
         else if (!strcmp(a, "--kv-disk-min-tokens") && more) disk_min = atoll(argv[++i]);
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(); return 0; }
@@ -110,6 +113,7 @@ int main(int argc, char **argv) {
         wo.disk = nf_disk_cache_open(disk_dir, (uint64_t)disk_mb << 20, fp, disk_min);
         if (!wo.disk) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 1; }
     }
+    if (ram_mb > 0) wo.ram = nf_prefix_cache_new((uint64_t)ram_mb << 20);
     nf_worker *w = nf_worker_start(s, &wo);
     if (!w) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 1; }
     so.model_id = model_id;
@@ -132,5 +136,6 @@ int main(int argc, char **argv) {
     nf_server_stop(srv);
     nf_session_free(s);
     nf_disk_cache_close(wo.disk);
+    nf_prefix_cache_free(wo.ram);
     return 0;
 }

@@ -24,6 +24,7 @@ typedef enum {
     NF_M_DECODE_US,
     NF_M_DISK_HITS,         /* jobs that loaded a saved state from disk */
     NF_M_DISK_SAVES,
+    NF_M_RAM_HITS,          /* jobs that resumed a given-up conversation from RAM */
     NF_M_COUNT
 } nf_metric;
 

@@ -9,8 +9,10 @@
 
 #include "server/disk_cache.h"
 #include "server/metrics.h"
+#include "server/prefix_cache.h"
 #include "server/sse.h"
 #include "server/tool_replay.h"
+#include "engine/session_io.h"
 #include "text/output_parser.h"
 #include "util/error.h"
 
@@ -22,6 +24,8 @@ struct nf_worker {
     pthread_cond_t cv;
     nf_job *qhead, *qtail;
     nf_job *running;
+    nf_state_ckpt prompt_ck;   /* the live state at its last prompt end (pos 0: none) */
+    float *prompt_logits;
     int qlen;
     bool busy, stop, stopped;
 };
@@ -309,7 +313,9 @@ static void run_job(nf_worker *w, nf_job *j) {
     pthread_mutex_unlock(&j->mu);
 
     nf_session_set_sampler(s, &j->req.sp);
-    if (w->o.disk) { /* a saved state that covers more of the prompt than the live state can give */
+    if (w->o.disk || w->o.ram) {
+        /* how much of the live history this prompt can keep (the session rolls back to a checkpoint <= the
+         * common prefix) */
         size_t nh, c = 0;
         const int32_t *h = nf_session_tokens(s, &nh);
         while (c < nh && c < j->n_tokens && h[c] == j->tokens[c]) c++;
@@ -322,9 +328,28 @@ static void run_job(nf_worker *w, nf_job *j) {
             for (int i = 0; i < k && i < 64; i++)
                 if (pos[i] <= (int64_t)c && pos[i] > usable) usable = pos[i];
         }
-        r->disk_tokens = nf_disk_cache_load(w->o.disk, s, j->tokens, j->n_tokens, usable);
-        if (r->disk_tokens > 0) nf_metric_add(NF_M_DISK_HITS, 1);
+        int64_t lost = (int64_t)nh - usable;
+        if (w->o.ram && lost >= 64 && lost * 4 >= (int64_t)nh) { /* another conversation: keep this one in RAM */
+            nf_prefix_cache_put(w->o.ram, s, &w->prompt_ck, w->prompt_logits);
+            w->prompt_logits = NULL;
+        }
+        if (w->o.ram) {
+            r->ram_tokens = nf_prefix_cache_get(w->o.ram, s, j->tokens, j->n_tokens, usable);
+            if (r->ram_tokens > 0) {
+                usable = r->ram_tokens;
+                nf_metric_add(NF_M_RAM_HITS, 1);
+            }
+        }
+        if (w->o.disk) { /* a saved state that covers more of the prompt than the live state can give */
+            r->disk_tokens = nf_disk_cache_load(w->o.disk, s, j->tokens, j->n_tokens, usable);
+            if (r->disk_tokens > 0) nf_metric_add(NF_M_DISK_HITS, 1);
+        }
     }
+    /* the prompt-end checkpoint is re-taken after this prompt (the state may move below it now) */
+    if (w->prompt_ck.pos > 0) nf_state_ckpt_free(&w->prompt_ck);
+    memset(&w->prompt_ck, 0, sizeof w->prompt_ck);
+    free(w->prompt_logits);
+    w->prompt_logits = NULL;
     nf_prefill_stats pst;
     int rc = nf_session_set_prompt(s, j->tokens, j->n_tokens, j->marks, j->n_marks, &j->cancel, &pst);
     r->cached_tokens = pst.reused;
@@ -344,6 +369,11 @@ static void run_job(nf_worker *w, nf_job *j) {
         r->finish = NF_FIN_CANCELLED;
         nf_metric_add(NF_M_CANCELLED, 1);
         return;
+    }
+    if (w->o.ram && nf_state_checkpoint(nf_session_state(s), &w->prompt_ck) == 0) {
+        size_t nv = (size_t)nf_session_model(s)->hp.n_vocab;
+        w->prompt_logits = nf_xmalloc(nv * sizeof(float));
+        memcpy(w->prompt_logits, nf_session_logits(s), nv * sizeof(float));
     }
     if (w->o.disk) { /* the prompt end is where this conversation's next turn will continue */
         int sv = nf_disk_cache_save(w->o.disk, s);

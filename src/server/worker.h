@@ -52,6 +52,7 @@ typedef struct {
     char error[256];
     int64_t prompt_tokens, cached_tokens, completion_tokens, prefilled;
     int64_t disk_tokens;         /* prompt tokens loaded from the disk cache */
+    int64_t ram_tokens;          /* prompt tokens resumed from the RAM prefix cache */
     double queue_s, prefill_s, decode_s;
 } nf_job_result;
 
@@ -78,9 +79,11 @@ typedef struct nf_job {
 typedef struct nf_worker nf_worker;
 
 struct nf_disk_cache;
+struct nf_prefix_cache;
 typedef struct {
     bool allow_forced_output;    /* honour request field nf_force_output (tests) */
     struct nf_disk_cache *disk;  /* optional on-disk state cache (disk_cache.h) */
+    struct nf_prefix_cache *ram; /* optional in-RAM copies of given-up conversations (prefix_cache.h) */
 } nf_worker_opts;
 
 /* Start the worker thread on a session (not owned). NULL on failure. */

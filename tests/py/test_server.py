@@ -338,3 +338,29 @@ def test_tool_replay_exact_bytes(srv, ac):
     edited[1]["content"][1]["text"] = "Let me look."
     r3 = ac.messages.create(model="m", max_tokens=5, messages=edited, tools=TOOLS_A)
     assert p1 <= r3.usage.cache_read_input_tokens < p1 + r1.usage.output_tokens - 1
+
+
+def test_interleaved_conversations_ram_cache(srv, ac):
+    """A second conversation replaces the live state; the first one resumes from its copy in RAM — all of it
+    after a tool turn (exact replay), and from its prompt end after a text turn the template re-renders."""
+    sys_a = "You are agent A. " * 40
+    sys_b = "You are agent B, a different one. " * 20
+    m0 = srv.metrics()
+    a = [{"role": "user", "content": "Weather in Paris (conversation A)?"}]
+    r1 = ac.messages.create(model="m", max_tokens=100, system=sys_a, messages=a, tools=TOOLS_A,
+                            extra_body={"nf_force_output": FORCE_TOOL})
+    p1 = r1.usage.input_tokens + r1.usage.cache_read_input_tokens
+    ac.messages.create(model="m", max_tokens=3, system=sys_b, messages=[{"role": "user", "content": "B here"}])
+    a.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r1.content]})
+    a.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": r1.content[-1].id, "content": "sunny"}]})
+    r2 = ac.messages.create(model="m", max_tokens=60, system=sys_a, messages=a, tools=TOOLS_A,
+                            extra_body={"nf_force_output": "done</think>\n\nIt is sunny.  <|user|>"})
+    assert r2.usage.cache_read_input_tokens == p1 + r1.usage.output_tokens - 1
+    p2 = r2.usage.input_tokens + r2.usage.cache_read_input_tokens
+    # B again, then A with the text turn echoed (the template strips its whitespace: resumes at A's prompt end)
+    ac.messages.create(model="m", max_tokens=3, system=sys_b, messages=[{"role": "user", "content": "B again"}])
+    a.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in r2.content]})
+    a.append({"role": "user", "content": "thanks"})
+    r3 = ac.messages.create(model="m", max_tokens=3, system=sys_a, messages=a, tools=TOOLS_A)
+    assert r3.usage.cache_read_input_tokens >= p2
+    assert srv.metrics()["nf_ram_cache_hits_total"] - m0["nf_ram_cache_hits_total"] == 2

@@ -29,7 +29,7 @@ def test_survives_restart(tmp_path):
         assert len(files) == 1 and files[0].endswith(f"-{prompt}.nfkv")
     finally:
         s.stop()
-    s = Server("--kv-disk-dir", d, "--kv-disk-min-tokens", "64")
+    s = Server("--kv-disk-dir", d, "--kv-disk-min-tokens", "64", "--ram-cache-mb", "0")
     try:
         prompt2, cached2 = ask(s, "first question")
         assert prompt2 == prompt and cached2 == prompt  # nothing prefilled again
