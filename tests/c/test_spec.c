@@ -789,3 +789,49 @@ Test(spec, sampling_with_draft_distribution) {
     nf_model_free(m);
     unlink(q8);
 }
+
+/* Reasoning tokens decode serially by default: inside <think>…</think> (ids set by nf_spec_set_think_ids) no cycle
+ * is started; after </think> (or with reasoning=1) cycles resume. */
+Test(spec, reasoning_is_serial) {
+    nf_model *m = nf_model_load(base_path);
+    cr_assert_not_null(m, "%s", nf_error());
+    nf_backend *be = nf_cpu_backend_create(m, 2);
+    const int V = m->hp.n_vocab;
+    const int32_t OPEN = 10, CLOSE = 11;
+    float *lg = malloc((size_t)V * sizeof(float));
+    nf_sampler_params spar = nf_sampler_defaults();
+    spar.temperature = 0;
+    nf_sampler *smp = nf_sampler_new(&spar, V);
+    for (int allow = 0; allow < 2; allow++) {
+        for (int closed = 0; closed < 2; closed++) {
+            /* a periodic context (lookup always has a draft), with <think> (and </think>) inside */
+            int32_t h[40];
+            for (int i = 0; i < 40; i++) h[i] = 20 + i % 5;
+            h[3] = OPEN;
+            if (closed) h[8] = CLOSE;
+            nf_state *st = nf_state_create(&m->hp, 64);
+            cr_assert_eq(nf_prefill(be, st, h, 39, 0, lg, 0, NULL), 0);
+            nf_spec *sp = nf_spec_new(nf_drafter_lookup(NULL),
+                                      &(nf_spec_params){.mode = NF_SPEC_SPECULATIVE, .draft_max = 3, .reasoning = allow});
+            nf_spec_set_think_ids(sp, OPEN, CLOSE);
+            nf_spec_begin(sp);
+            nf_spec_io io = {.be = be, .st = st, .hist = h, .n_hist = 39, .logits = lg, .smp = smp, .sp = &spar};
+            int32_t extra[4];
+            int ne;
+            cr_assert_eq(nf_spec_feed(sp, &io, h[39], 3, extra, &ne), 0, "%s", nf_error());
+            const nf_spec_stats *s = nf_spec_stats_get(sp);
+            bool expect_cycle = allow || closed;
+            cr_assert_eq(s->cycles, expect_cycle ? 1 : 0, "allow=%d closed=%d: cycles %lld", allow, closed,
+                         (long long)s->cycles);
+            nf_spec_io fio = io;
+            fio.n_hist = 40 + (size_t)ne;
+            cr_assert_eq(nf_spec_flush(sp, &fio), 0);
+            nf_spec_free(sp);
+            nf_state_free(st);
+        }
+    }
+    nf_sampler_free(smp);
+    free(lg);
+    nf_backend_free(be);
+    nf_model_free(m);
+}
