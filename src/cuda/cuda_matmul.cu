@@ -14,8 +14,15 @@
  * (matrix = vector % heads) and routed experts (matrix = ids[vector], the activation row shared by the k
  * slots of a token). */
 #include <cuda_fp16.h>
+#include <stdio.h>
+#include <stdlib.h>
 
+#include "cuda/backend_cuda.h"
 #include "cuda/cuda_internal.h"
+
+/* NF_CUDA_QDOT=f32 (diagnostic): dot quantized weights against the f32 activation (dequantize-and-dot)
+ * instead of the CPU's quantized activation. */
+static int g_qdot_f32 = -1;
 
 extern "C" {
 extern const uint64_t nf_iq2xxs_grid[256];
@@ -26,6 +33,10 @@ __constant__ uint64_t c_iq2_grid[256];
 __constant__ uint8_t c_iq2_signs[128];
 
 int nf_cuda_formats_init(void) {
+    if (g_qdot_f32 < 0) {
+        const char *e = getenv("NF_CUDA_QDOT");
+        g_qdot_f32 = e && !strcmp(e, "f32");
+    }
     NF_CU(cudaMemcpyToSymbol(c_iq2_grid, nf_iq2xxs_grid, sizeof(c_iq2_grid)));
     NF_CU(cudaMemcpyToSymbol(c_iq2_signs, nf_iq2_ksigns, sizeof(c_iq2_signs)));
     return 0;
@@ -359,7 +370,8 @@ int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t 
     a.nvec = nvec;
     cudaStream_t s = c->stream;
     nf_cuda_scratch sc(c);
-    if (ti->quantized) {
+    const bool quant = ti->quantized && g_qdot_f32 != 1;
+    if (quant) {
         const int nx = (nvec + a.xdiv - 1) / a.xdiv;
         const uint32_t at = nf_vec_dot_type(w->type);
         a.xq_bytes = nf_row_bytes(at, w->n);
@@ -372,6 +384,17 @@ int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t 
             quant_q8_k_kernel<<<dim3((unsigned)(w->n / 256), (unsigned)nx), 256, 0, s>>>(x, ldx, xq, a.xq_bytes);
         }
         NF_LAUNCHED();
+    }
+    if (!quant && ti->quantized) {
+        switch (w->type) {
+        case NF_TYPE_Q8_0: launch_mm<NF_TYPE_Q8_0, false>(a, s); break;
+        case NF_TYPE_Q4_K: launch_mm<NF_TYPE_Q4_K, false>(a, s); break;
+        case NF_TYPE_Q6_K: launch_mm<NF_TYPE_Q6_K, false>(a, s); break;
+        case NF_TYPE_Q2_K: launch_mm<NF_TYPE_Q2_K, false>(a, s); break;
+        case NF_TYPE_IQ2_XXS: launch_mm<NF_TYPE_IQ2_XXS, false>(a, s); break;
+        }
+        NF_LAUNCHED();
+        return 0;
     }
     switch (w->type) {
     case NF_TYPE_F32: launch_mm<NF_TYPE_F32, false>(a, s); break;
@@ -416,4 +439,97 @@ int nf_cuda_embed_rows(nf_cuda *c, const nf_cuda_mat *w, const int32_t *tokens, 
     }
     NF_LAUNCHED();
     return 0;
+}
+
+/* ---- self-test (diagnostic): GPU activation quantization and quantized products vs the CPU formats code ---- */
+extern "C" int nf_cuda_selftest(void) {
+    if (nf_cuda_formats_init() < 0) return 1;
+    nf_cuda c;
+    memset(&c, 0, sizeof c);
+    c.stream = 0;
+    const uint32_t types[] = {NF_TYPE_Q8_0, NF_TYPE_Q4_K, NF_TYPE_Q2_K, NF_TYPE_IQ2_XXS};
+    const int64_t n = 512, rows = 64;
+    const int T = 3;
+    int fails = 0;
+    srand(7);
+    for (int ti = 0; ti < 4; ti++) {
+        const uint32_t type = types[ti], at = nf_vec_dot_type(type);
+        const size_t rb = nf_row_bytes(type, n), xb = nf_row_bytes(at, n);
+        float *w = (float *)malloc(n * sizeof(float)), *x = (float *)malloc(T * n * sizeof(float)),
+              *y = (float *)malloc(T * rows * sizeof(float));
+        uint8_t *W = (uint8_t *)malloc(rb * rows), *xq = (uint8_t *)malloc(xb * T), *gq = (uint8_t *)malloc(xb * T);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t i = 0; i < n; i++) w[i] = (float)((rand() % 2001) - 1000) * 1e-4f;
+            nf_quantize(type, w, W + r * rb, n, n, NULL);
+        }
+        for (int64_t i = 0; i < T * n; i++) x[i] = (float)((rand() % 2001) - 1000) * 1e-3f;
+        for (int t = 0; t < T; t++) nf_quantize_activation(type, x + t * n, xq + t * xb, n);
+        uint8_t *dW, *dq, *dq2;
+        float *dx, *dy;
+        cudaMalloc((void **)&dW, rb * rows);
+        cudaMalloc((void **)&dq, xb * T);
+        cudaMalloc((void **)&dq2, xb * T);
+        cudaMalloc((void **)&dx, T * n * sizeof(float));
+        cudaMalloc((void **)&dy, T * rows * sizeof(float));
+        cudaMemcpy(dW, W, rb * rows, cudaMemcpyHostToDevice);
+        cudaMemcpy(dx, x, T * n * sizeof(float), cudaMemcpyHostToDevice);
+        cudaMemcpy(dq2, xq, xb * T, cudaMemcpyHostToDevice);
+        if (at == NF_TYPE_Q8_0) quant_q8_0_kernel<<<dim3((unsigned)(n / 32), T), 32>>>(dx, n, dq, xb);
+        else quant_q8_k_kernel<<<dim3((unsigned)(n / 256), T), 256>>>(dx, n, dq, xb);
+        cudaError_t e = cudaDeviceSynchronize();
+        cudaMemcpy(gq, dq, xb * T, cudaMemcpyDeviceToHost);
+        int bad = 0, first = -1;
+        for (size_t i = 0; i < xb * T; i++)
+            if (gq[i] != xq[i]) {
+                if (first < 0) first = (int)i;
+                bad++;
+            }
+        printf("selftest %-8s quantize: %s, %d of %zu bytes differ", nf_type_get(type)->name, cudaGetErrorString(e), bad, xb * T);
+        if (first >= 0) printf(" (first at %d: gpu %u cpu %u)", first, gq[first], xq[first]);
+        printf("\n");
+        /* products: the backend's path, and the product kernel alone on the CPU's quantized activation */
+        nf_cuda_mat m;
+        m.w = dW;
+        m.type = type;
+        m.n = n;
+        m.rows = rows;
+        m.row_bytes = rb;
+        m.slice_bytes = rb * rows;
+        for (int variant = 0; variant < 2; variant++) {
+            cudaMemset(dy, 0xff, T * rows * sizeof(float));
+            if (variant == 0) {
+                nf_cuda_matmul(&c, &m, dx, T, n, dy, rows);
+            } else {
+                mm_args a;
+                memset(&a, 0, sizeof a);
+                a.w = dW; a.row_bytes = rb; a.slice_bytes = rb * rows; a.rows = rows; a.n = n; a.x = dx; a.ldx = n;
+                a.xq = dq2; a.xq_bytes = xb; a.xdiv = 1; a.smod = 1; a.ids = nullptr; a.y = dy; a.ldy = rows; a.nvec = T;
+                switch (type) {
+                case NF_TYPE_Q8_0: launch_mm<NF_TYPE_Q8_0, true>(a, 0); break;
+                case NF_TYPE_Q4_K: launch_mm<NF_TYPE_Q4_K, true>(a, 0); break;
+                case NF_TYPE_Q2_K: launch_mm<NF_TYPE_Q2_K, true>(a, 0); break;
+                case NF_TYPE_IQ2_XXS: launch_mm<NF_TYPE_IQ2_XXS, true>(a, 0); break;
+                }
+            }
+            e = cudaDeviceSynchronize();
+            cudaMemcpy(y, dy, T * rows * sizeof(float), cudaMemcpyDeviceToHost);
+            double worst = 0;
+            int wt = 0, wr = 0;
+            for (int t = 0; t < T; t++)
+                for (int64_t r = 0; r < rows; r++) {
+                    float ref = nf_vec_dot(type, n, W + r * rb, xq + t * xb);
+                    double err = fabs((double)y[t * rows + r] - ref) / (fabs(ref) + 1e-3);
+                    if (!(err <= worst)) { worst = isnan(err) ? INFINITY : err; wt = t; wr = (int)r; }
+                }
+            float ref = nf_vec_dot(type, n, W + wr * rb, xq + wt * xb);
+            printf("selftest %-8s %s: %s, max rel err %.3g (t %d row %d: gpu %.6g cpu %.6g)\n", nf_type_get(type)->name,
+                   variant ? "product kernel on CPU-quantized x" : "backend matmul", cudaGetErrorString(e), worst, wt, wr,
+                   y[wt * rows + wr], ref);
+            fails += !(worst < 1e-4);
+        }
+        fails += bad != 0;
+        cudaFree(dW); cudaFree(dq); cudaFree(dq2); cudaFree(dx); cudaFree(dy);
+        free(w); free(x); free(y); free(W); free(xq); free(gq);
+    }
+    return fails;
 }

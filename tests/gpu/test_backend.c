@@ -610,6 +610,7 @@ static int run(const char *cmd) {
 int nf_gpu_test_backend(int quick) {
     n_failed = 0;
     n_summary = 0;
+    n_failed += nf_cuda_selftest();
     const char *build = getenv("NF_BUILD") ? getenv("NF_BUILD") : "build/cuda";
     char dir[] = "/tmp/nf-gpu-test.XXXXXX";
     if (!mkdtemp(dir)) nf_die("mkdtemp failed");
