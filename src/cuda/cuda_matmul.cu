@@ -23,6 +23,8 @@
 /* NF_CUDA_QDOT=f32 (diagnostic): dot quantized weights against the f32 activation (dequantize-and-dot)
  * instead of the CPU's quantized activation. */
 static int g_qdot_f32 = -1;
+/* NF_CUDA_SYNC=1 (diagnostic): wait for the stream after every product */
+static int g_sync = 0;
 
 extern "C" {
 extern const uint64_t nf_iq2xxs_grid[256];
@@ -36,6 +38,7 @@ int nf_cuda_formats_init(void) {
     if (g_qdot_f32 < 0) {
         const char *e = getenv("NF_CUDA_QDOT");
         g_qdot_f32 = e && !strcmp(e, "f32");
+        g_sync = getenv("NF_CUDA_SYNC") != nullptr;
     }
     NF_CU(cudaMemcpyToSymbol(c_iq2_grid, nf_iq2xxs_grid, sizeof(c_iq2_grid)));
     NF_CU(cudaMemcpyToSymbol(c_iq2_signs, nf_iq2_ksigns, sizeof(c_iq2_signs)));
@@ -384,6 +387,7 @@ int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t 
             quant_q8_k_kernel<<<dim3((unsigned)(w->n / 256), (unsigned)nx), 256, 0, s>>>(x, ldx, xq, a.xq_bytes);
         }
         NF_LAUNCHED();
+        if (g_sync) NF_CU(cudaStreamSynchronize(s));
     }
     if (!quant && ti->quantized) {
         switch (w->type) {
@@ -407,6 +411,7 @@ int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t 
     case NF_TYPE_IQ2_XXS: launch_mm<NF_TYPE_IQ2_XXS, true>(a, s); break;
     }
     NF_LAUNCHED();
+    if (g_sync) NF_CU(cudaStreamSynchronize(s));
     return 0;
 }
 
