@@ -279,8 +279,11 @@ __global__ void quant_q8_0_kernel(const float *x, int64_t ldx, uint8_t *xq, size
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     uint8_t *o = xq + (size_t)r * rb + (size_t)b * 34;
     if (l == 0) {
-        unsigned short h = __half_as_ushort(__float2half_rn(d));
-        o[0] = (uint8_t)(h & 0xff);
+        /* the f16 bits go through a 32-bit integer register: nvcc 13.0's ptxas compiled a byte store of the
+         * converted half as a numeric F2I.U8 conversion (seen in SASS; the low scale byte came out 0 on the H200) */
+        unsigned int h = (unsigned int)__half_as_ushort(__float2half_rn(d));
+        asm volatile("" : "+r"(h));
+        o[0] = (uint8_t)(h & 0xffu);
         o[1] = (uint8_t)(h >> 8);
     }
     const float q = roundf(__fmul_rn(v, id));
