@@ -134,6 +134,7 @@ int main(int argc, char **argv) {
     nf_server_quiesce(srv);  /* no new connections */
     nf_worker_stop(w);       /* running and queued jobs end as cancelled; their streams close */
     nf_server_stop(srv);
+    nf_worker_free(w);
     nf_session_free(s);
     nf_disk_cache_close(wo.disk);
     nf_prefix_cache_free(wo.ram);

@@ -505,6 +505,15 @@ void nf_worker_stop(nf_worker *w) {
     pthread_mutex_unlock(&w->mu);
 }
 
+void nf_worker_free(nf_worker *w) {
+    if (!w) return;
+    if (w->prompt_ck.pos > 0) nf_state_ckpt_free(&w->prompt_ck);
+    free(w->prompt_logits);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
+
 int nf_worker_submit(nf_worker *w, nf_job *j) {
     pthread_mutex_lock(&w->mu);
     if (w->stop) { /* shutting down: the job ends at once */

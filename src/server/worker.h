@@ -91,6 +91,8 @@ nf_worker *nf_worker_start(nf_session *s, const nf_worker_opts *o);
 /* Cancel the running and queued jobs (they finish as cancelled), join the thread. Jobs submitted later finish
  * as cancelled at once. */
 void nf_worker_stop(nf_worker *w);
+/* Free a stopped worker (after the HTTP side has stopped: nothing may submit any more). */
+void nf_worker_free(nf_worker *w);
 
 /* A new job (refs = 1, the caller's); takes ownership of *req (zeroed), tokens and marks. */
 nf_job *nf_job_new(nf_srv_request *req, int32_t *tokens, size_t n, int64_t *marks, int n_marks, int64_t max_tokens,
