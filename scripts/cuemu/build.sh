@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# cuemu/build.sh — the CUDA backend's kernels on the CPU, for checking logic without a GPU (docs/cuda.md).
+#
+# A tiny emulation of the CUDA runtime subset src/cuda uses: kernels run on the host, one fiber (ucontext) per
+# CUDA thread, blocks one after another; __syncthreads and warp shuffles are barriers between the fibers;
+# memory calls are malloc/memcpy (cudaMalloc poisons with 0xFF so unwritten reads show up as NaN). The .cu files
+# are copied with `kernel<<<g, b, smem, s>>>(args)` rewritten to `cuemu_cfg(g, b, smem, s).run(kernel, args)`
+# and compiled by g++, then linked with tests/gpu/{main,test_backend}.c and the CPU library. It checks index
+# math, orders and synchronisation logic; it cannot reproduce code generation problems or timing. Slow: use the
+# fixtures (NF_GPU_TEST_FIXTURES_ONLY=1) and --quick.
+#
+#   make build/libnf.a build/nf-convert && scripts/cuemu/build.sh
+#   NF_GPU_TEST_FIXTURES_ONLY=1 NF_BUILD=build build/cuemu/nf-gpu-tests-emu --only backend --quick
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=${BUILD:-$root/build}/cuemu
+mkdir -p "$out/gen"
+python3 - "$root" "$out" <<'PY'
+import glob, os, re, sys
+root, out = sys.argv[1], sys.argv[2]
+for f in glob.glob(root + '/src/cuda/*.cu'):
+    if f.endswith('cuda_gemv.cu'):
+        continue
+    s = open(f).read()
+    s = s.replace('extern __shared__ float sh[];', 'float *sh = (float *)cuemu_B->smem.data();')
+    s = re.sub(r'(\w+(?:<[^;()<>]*>)?)<<<(.*?)>>>\(', r'cuemu_cfg(\2).run(\1, ', s)
+    open(out + '/gen/' + os.path.basename(f)[:-3] + '.cpp', 'w').write(s)
+PY
+inc="-I$here/inc -I$root/src"
+for f in "$out"/gen/*.cpp "$here/cuemu.cpp"; do
+    g++ -O1 -g -std=c++17 -ffp-contract=off $inc -c "$f" -o "$out/$(basename "${f%.cpp}").o"
+done
+echo 'int nf_gpu_test_gemv(int bench) { (void)bench; return 0; }' > "$out/stub.c"
+for f in "$root/tests/gpu/main.c" "$root/tests/gpu/test_backend.c" "$out/stub.c"; do
+    gcc -O1 -g -std=c11 -D_GNU_SOURCE $inc -c "$f" -o "$out/$(basename "${f%.c}").o"
+done
+g++ -g "$out"/*.o "$root/build/libnf.a" -lm -lpthread -lpcre2-8 -ljansson -o "$out/nf-gpu-tests-emu"
+echo "$out/nf-gpu-tests-emu"

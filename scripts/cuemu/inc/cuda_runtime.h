@@ -1,0 +1,48 @@
+/* cuemu: a tiny CPU emulation of the CUDA runtime subset nextflash's backend uses (testing without a GPU). */
+#ifndef CUEMU_RUNTIME_H
+#define CUEMU_RUNTIME_H
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+typedef int cudaError_t;
+enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+typedef void *cudaStream_t;
+typedef void *cudaEvent_t;
+typedef void *cudaMemPool_t;
+typedef enum { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault } cudaMemcpyKind;
+enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2, cudaMemPoolAttrReleaseThreshold = 4 };
+#ifdef __cplusplus
+extern "C" {
+#endif
+const char *cudaGetErrorString(cudaError_t e);
+cudaError_t cudaMalloc(void **p, size_t n);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaMallocHost(void **p, size_t n);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, cudaMemcpyKind k);
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind k, cudaStream_t st);
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t st);
+cudaError_t cudaMemset(void *d, int v, size_t n);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned f);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f);
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventDestroy(cudaEvent_t e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaSetDevice(int d);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int d);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t p, int attr, void *v);
+cudaError_t cudaGetLastError(void);
+#ifdef __cplusplus
+}
+#include "cuemu_dev.h"
+#endif
+#endif
