@@ -76,7 +76,7 @@ bench="$tree/$bench_rel"
 
 # What the Makefile actually used: ask make itself for the expanded variables (no edit to the Makefile needed).
 mkvar() {
-  (cd "$tree" && make -s --no-print-directory --eval 'nfab-print-%: ; @echo $($*)' "nfab-print-$1" 2>/dev/null) | tail -n 1
+  (cd "$tree" && env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s --no-print-directory --eval 'nfab-print-%: ; @echo $($*)' "nfab-print-$1" 2>/dev/null) | grep -v '^make\[' | tail -n 1
 }
 cc=$(mkvar CC); cc=${cc:-cc}
 nvcc=$(mkvar NVCC); nvcc=${nvcc:-nvcc}
