@@ -8,6 +8,7 @@
  *    min/max fit, then try nstep+1 inverse scales (rmin + rdelta*k + nmax)/(max - min), solving for the best
  *    (scale, min) by weighted least squares at each, and keep the one with the lowest weighted error (squared,
  *    or absolute when use_mad). Returns the scale and stores -min (a non-negative offset) in *the_min. */
+#include <string.h>
 #include "formats/quants.h"
 
 #define GROUP_MAX_EPS 1e-15f
@@ -121,4 +122,27 @@ float nf_make_qkx2_quants(int n, int nmax, const float *x, const float *weights,
     }
     *the_min = -min;
     return scale;
+}
+
+void nf_refine_scale_min(const float *x, const float *w, uint8_t *L, int n, int qmax, int code_max, float df,
+                         float mf, int *sc, int *m) {
+    const int s0 = *sc, m0 = *m;
+    double be = -1;
+    uint8_t Lb[32], Lt[32];
+    memcpy(Lb, L, (size_t)n);
+    for (int ds = -1; ds <= 1; ds++)
+        for (int dm_ = -1; dm_ <= 1; dm_++) {
+            const int s = s0 + ds, mm = m0 + dm_;
+            if (s < 0 || s > code_max || mm < 0 || mm > code_max) continue;
+            const float d = df * (float)s, dm = mf * (float)mm;
+            double e = 0;
+            for (int l = 0; l < n; l++) {
+                const float xv = x[l];
+                Lt[l] = d > 0.0f ? (uint8_t)nf_clampi(nf_nearest_int((xv + dm) / d), 0, qmax) : L[l];
+                const double y = (double)d * Lt[l] - dm - xv;
+                e += w[l] * y * y;
+            }
+            if (be < 0 || e < be) { be = e; *sc = s; *m = mm; memcpy(Lb, Lt, (size_t)n); }
+        }
+    memcpy(L, Lb, (size_t)n);
 }

@@ -59,28 +59,9 @@ static void refit(const float *x, const float *w, uint8_t *b, uint8_t *L) {
     for (int round = 0; round < 2; round++) {
         const float df = nf_ldh(b + 80), mf = nf_ldh(b + 82);
         for (int j = 0; j < 16; j++) {
-            const int s0 = sc[j] & 0xF, m0 = sc[j] >> 4;
-            int bs = s0, bm = m0;
-            double be = -1;
-            uint8_t Lb[16];
-            memcpy(Lb, L + 16 * j, 16);
-            for (int ds = -1; ds <= 1; ds++)
-                for (int dm_ = -1; dm_ <= 1; dm_++) {
-                    const int s = s0 + ds, m = m0 + dm_;
-                    if (s < 0 || s > 15 || m < 0 || m > 15) continue;
-                    const float d = df * (float)s, dm = mf * (float)m;
-                    double e = 0;
-                    uint8_t Lt[16];
-                    for (int l = 0; l < 16; l++) {
-                        const float xv = x[16 * j + l];
-                        Lt[l] = d > 0.0f ? (uint8_t)nf_clampi(nf_nearest_int((xv + dm) / d), 0, 3) : L[16 * j + l];
-                        const double y = (double)d * Lt[l] - dm - xv;
-                        e += w[16 * j + l] * y * y;
-                    }
-                    if (be < 0 || e < be) { be = e; bs = s; bm = m; memcpy(Lb, Lt, 16); }
-                }
+            int bs = sc[j] & 0xF, bm = sc[j] >> 4;
+            nf_refine_scale_min(x + 16 * j, w + 16 * j, L + 16 * j, 16, 3, 15, df, mf, &bs, &bm);
             sc[j] = (uint8_t)(bs | (bm << 4));
-            memcpy(L + 16 * j, Lb, 16);
         }
         const double best = werr(x, w, sc, df, mf, L);
         double saa = 0, sab = 0, sbb = 0, sax = 0, sbx = 0;

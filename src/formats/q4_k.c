@@ -89,26 +89,8 @@ static void refit(const float *x, const float *w, uint8_t *b, uint8_t *L) {
             uint8_t sc0, m0;
             get_scale_min(j, s, &sc0, &m0);
             int bsc = sc0, bm = m0;
-            double be = -1;
-            uint8_t Lb[32];
-            memcpy(Lb, L + 32 * j, 32);
-            for (int dsc = -1; dsc <= 1; dsc++)
-                for (int dmn = -1; dmn <= 1; dmn++) {
-                    const int sc = sc0 + dsc, m = m0 + dmn;
-                    if (sc < 0 || sc > 63 || m < 0 || m > 63) continue;
-                    const float d = df * (float)sc, dm = mf * (float)m;
-                    double e = 0;
-                    uint8_t Lt[32];
-                    for (int l = 0; l < 32; l++) {
-                        const float xv = x[32 * j + l];
-                        Lt[l] = d > 0.0f ? (uint8_t)nf_clampi(nf_nearest_int((xv + dm) / d), 0, 15) : L[32 * j + l];
-                        const double y = (double)d * Lt[l] - dm - xv;
-                        e += w[32 * j + l] * y * y;
-                    }
-                    if (be < 0 || e < be) { be = e; bsc = sc; bm = m; memcpy(Lb, Lt, 32); }
-                }
+            nf_refine_scale_min(x + 32 * j, w + 32 * j, L + 32 * j, 32, 15, 63, df, mf, &bsc, &bm);
             set_scale_min(j, s, bsc, bm);
-            memcpy(L + 32 * j, Lb, 32);
         }
         best = werr(x, w, s, df, mf, L);       /* never above the previous value: each sub-block kept its best */
         double saa = 0, sab = 0, sbb = 0, sax = 0, sbx = 0;

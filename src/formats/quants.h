@@ -98,6 +98,12 @@ static inline __m256i nf_avx2_scales2(int a, int b) {
 #endif
 
 /* Scale searches shared by the K-quant quantizers (kquant_search.c). */
+/* Importance refinement shared by Q2_K and Q4_K: move one sub-block's scale code *sc and min code *m by -1..+1
+ * each (within [0, code_max]), re-quantize its n values to codes 0..qmax under d = df*sc, dmin = mf*m, and keep
+ * the pair with the least weighted squared error (the first found on ties). L[0..n) receives the winning codes
+ * (n <= 32). */
+void nf_refine_scale_min(const float *x, const float *w, uint8_t *L, int n, int qmax, int code_max, float df,
+                         float mf, int *sc, int *m);
 float nf_make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse_type, const float *qw);
 float nf_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
                           uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad);
