@@ -5,7 +5,8 @@
 #   memcheck on the quick subset, then the GEMV bandwidth table (CSV). Everything is logged under OUT_DIR.
 #
 #   scripts/gpu-check.sh [OUT_DIR]        (default: $OUT, else /tmp/gpu-check)
-#   env: T_BUILD T_TEST T_SAN T_BENCH     per-phase time limits in seconds (defaults 150 120 90; the bench gets
+#   env: PREBUILT=1     use the carried .gpucarry binaries without building (saves the build minute)
+#        T_BUILD T_TEST T_SAN T_BENCH     per-phase time limits in seconds (defaults 150 120 90; the bench gets
 #        what is left of TOTAL, default 340)
 #
 # Prints a short summary last: build result, every FAIL line, the per-model summary lines, sanitizer verdict,
@@ -22,7 +23,10 @@ mkdir -p "$out"
 
 bin=build/cuda
 full=1
-if timeout -k 5 "${T_BUILD:-150}" make -j16 cuda > "$out/build.log" 2>&1; then
+if [ "${PREBUILT:-0}" = 1 ] && [ -x .gpucarry/nf-gpu-tests ]; then
+    echo "build: skipped (PREBUILT=1: the .gpucarry binaries built on the workstation)"
+    bin=.gpucarry
+elif timeout -k 5 "${T_BUILD:-150}" make -j16 cuda > "$out/build.log" 2>&1; then
     echo "build: ok"
 elif full=0; timeout -k 5 "${T_BUILD:-150}" make -j16 build/cuda/nf-gpu-tests build/cuda/nf-convert build/cuda/nf-synth \
         >> "$out/build.log" 2>&1; then
