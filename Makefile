@@ -20,8 +20,19 @@ PYTHON  ?= python3
 WERROR  ?= $(if $(CI),-Werror,)
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -pthread -fPIC -Isrc -MMD -MP -march=native -fno-math-errno
+# PORTABLE=1 (make variable or environment): programs for another host — the GPU machine lacks some -dev packages
+# and may have another CPU: generic x86-64-v3 code, pcre2/jansson and the CUDA runtime linked statically, unused
+# shared libraries dropped (a bench or test binary then needs nothing but glibc and the driver there).
+ifeq ($(PORTABLE),1)
+MARCH   := -march=x86-64-v3
+LDLIBS  += -Wl,--as-needed -lm -lpthread -Wl,-Bstatic -lpcre2-8 -ljansson -Wl,-Bdynamic
+CUDART  := -lcudart_static -ldl -lrt
+else
+MARCH   := -march=native
 LDLIBS  += -lm -lpthread $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null || echo -lpcre2-8 -ljansson)
+CUDART  := -lcudart
+endif
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -pthread -fPIC -Isrc -MMD -MP $(MARCH) -fno-math-errno
 EDIT_LIBS := $(shell pkg-config --libs libedit 2>/dev/null || echo -ledit)
 LDLIBS  += $(EDIT_LIBS)
 MHD_LIBS := $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
@@ -73,7 +84,7 @@ cuda: $(CUDA_TOOLS) $(BUILD)/cuda/nf-gpu-tests
 # GPU (it converts the fixtures with $(BUILD)/cuda/nf-convert, so it needs the CUDA build of the tools).
 GPU_TEST_SRC := $(wildcard tests/gpu/*.c)
 $(BUILD)/cuda/nf-gpu-tests: $(GPU_TEST_SRC:%.c=$(BUILD)/cuda/%.o) $(BUILD)/cuda/libnf.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -L$(CUDA_HOME)/lib64 $(CUDART) -lstdc++
 
 gpu-test: cuda
 	NF_BUILD=$(BUILD)/cuda $(BUILD)/cuda/nf-gpu-tests
@@ -90,7 +101,7 @@ $(BUILD)/cuda/libnf.a: $(CUDA_LIB_OBJ) $(CU_OBJ)
 	$(AR) rcs $@ $^
 
 $(BUILD)/cuda/%: $(BUILD)/cuda/tools/%.o $(BUILD)/cuda/libnf.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -L$(CUDA_HOME)/lib64 -lcudart -lstdc++
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS) -L$(CUDA_HOME)/lib64 $(CUDART) -lstdc++
 
 # ---- tests ------------------------------------------------------------------------------------------
 $(BUILD)/.deps-ok: scripts/install-deps.sh
