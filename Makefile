@@ -21,11 +21,11 @@ WERROR  ?= $(if $(CI),-Werror,)
 OPT     ?= -O2
 CFLAGS  ?= $(OPT) -g
 # PORTABLE=1 (make variable or environment): programs for another host — the GPU machine lacks some -dev packages
-# and may have another CPU: generic x86-64-v3 code, pcre2/jansson and the CUDA runtime linked statically, unused
+# and may have another CPU: generic x86-64-v3 code, pcre2/jansson/libedit and the CUDA runtime linked statically, unused
 # shared libraries dropped (a bench or test binary then needs nothing but glibc and the driver there).
 ifeq ($(PORTABLE),1)
 MARCH   := -march=x86-64-v3
-LDLIBS  += -Wl,--as-needed -lm -lpthread -Wl,-Bstatic -lpcre2-8 -ljansson -Wl,-Bdynamic
+LDLIBS  += -Wl,--as-needed -lm -lpthread -Wl,-Bstatic -lpcre2-8 -ljansson -ledit -ltinfo -lbsd -lmd -Wl,-Bdynamic
 CUDART  := -lcudart_static -ldl -lrt
 else
 MARCH   := -march=native

@@ -7,9 +7,9 @@
 # Pass them with the device tool's `carry: [".gpucarry"]`.
 set -eu
 b=${CARRY_BUILD:-/tmp/nf-carrybuild}
-# the CLI tools that need only pcre2/jansson (nf and nf-server also need libedit/libmicrohttpd: not carried)
+# the CLI tools (nf-server needs libmicrohttpd + gnutls: not carried)
 targets="$b/cuda/nf-gpu-tests"
-for t in nf-convert nf-synth nf-score nf-quantize nf-bench; do
+for t in nf nf-convert nf-synth nf-score nf-quantize nf-bench; do
     [ -f "tools/$t.c" ] && targets="$targets $b/cuda/$t"
 done
 make PORTABLE=1 BUILD="$b" -j"${JOBS:-2}" $targets >/dev/null
