@@ -30,6 +30,8 @@ options:
   --tar FILE          pack DIR into one tarball at the end (one result file)
   --record-env        allow engine env vars (NF_*, CUDA_*...) and record them; refused otherwise
   --allow-busy-gpu    run although nvidia-smi lists other compute processes
+  --arm-args L=ARGS   bench options for arm L only, split on blanks (e.g. two arms of one commit that differ in
+                      `--draft lookup`); recorded in the manifest, and runs with other arm args are not pooled
 A relative --prompt is resolved inside arm A's tree (a branch cannot change the input); it is copied into the run.
 EOF
 }
@@ -37,10 +39,13 @@ EOF
 arms=() aa="" prompt="" weights="" out="" tarf="" record_env=0 allow_busy=0
 ctx_start=2048 ctx_max=16384 step_incr=2048 step_mul=1 gen=128 reps=4 runs=3 budget=""
 extra=()
+declare -A arm_args=()
 need() { [ $# -ge 2 ] || ab_refuse "$1 needs a value"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --arm) need "$@"; arms+=("$2"); shift 2 ;;
+    --arm-args) need "$@"; [[ $2 == *=* ]] || ab_refuse "--arm-args wants LABEL=ARGS, got '$2'"
+      arm_args[${2%%=*}]=${2#*=}; shift 2 ;;
     --aa) need "$@"; aa=$2; shift 2 ;;
     --prompt) need "$@"; prompt=$2; shift 2 ;;
     --weights) need "$@"; weights=$2; shift 2 ;;
@@ -95,6 +100,12 @@ for ((i = 0; i < n; i++)); do
       ab_refuse "arms ${labels[j]} and ${labels[i]} are the same directory: that is an A/A run (--aa)"
     fi
   done
+done
+for l in "${!arm_args[@]}"; do
+  found=0
+  for x in "${labels[@]}"; do [ "$x" = "$l" ] && found=1; done
+  [ $found = 1 ] || ab_refuse "--arm-args names '$l', which is not an arm label"
+  [ $mode = ab ] || ab_refuse "--arm-args is for A/B runs (an A/A run compares one configuration with itself)"
 done
 (( reps % n == 0 )) || ab_refuse "--reps $reps is not a multiple of the $n arms: the arm order would not balance"
 trees=() benches=()
@@ -187,6 +198,14 @@ write_manifest() { # rundir status started finished
     printf ' "sweep": {"ctx_start": %s, "ctx_max": %s, "step_incr": %s, "step_mul": %s, "gen": %s, "frontiers": [%s]},\n' \
       "$ctx_start" "$ctx_max" "$step_incr" "$step_mul" "$gen" "$(echo $frontiers | tr ' ' ',')"
     printf ' "reps": %s, "runs": %s, "bench_args": %s,\n' "$reps" "$runs" "$(json_list ${extra[@]+"${extra[@]}"})"
+    printf ' "arm_args": {'
+    local first=1 l
+    for l in "${!arm_args[@]}"; do
+      [ $first = 1 ] || printf ', '
+      first=0
+      printf '%s: %s' "$(ab_jstr "$l")" "$(json_list ${arm_args[$l]})"
+    done
+    printf '},\n'
     printf ' "env": %s,\n' "$(ab_jstr "$envs")"
     printf ' "gpu": {"name": %s}\n}\n' "$(ab_jstr "$(ab_gpu_name)")"
   } >"$rd/manifest.json.tmp" && mv "$rd/manifest.json.tmp" "$rd/manifest.json"
@@ -239,6 +258,8 @@ for ((run = 1; run <= runs; run++)); do
       [ -n "$weights" ] && args+=(--model "$weights")
       args+=(--ctx-start "$ctx_start" --ctx-max "$ctx_max" --step-incr "$step_incr" --step-mul "$step_mul"
         --gen-tokens "$gen" --csv "$csv.part" ${extra[@]+"${extra[@]}"})
+      # shellcheck disable=SC2206  # per-arm options are split on blanks, as documented
+      if [ -n "${arm_args[$lab]:-}" ]; then args+=(${arm_args[$lab]}); fi
       echo "$NF_AB_PROG: run $run rep $rep position $((pos + 1)): $lab" >&2
       t0=$(date +%s.%N)
       ( cd "${trees[i]}" && exec "${benches[i]}" "${args[@]}" ) >"$log" 2>&1 </dev/null &

@@ -335,6 +335,27 @@ def test_bench_invocation_and_extra_args(tmp_path, arms):
             assert ln.endswith(".csv.part --warmup-tokens 4")
 
 
+def test_arm_args_go_to_one_arm_and_into_the_manifest(tmp_path, arms):
+    a, b = arms
+    out = tmp_path / "out"
+    p = S.nfab(tmp_path, "run", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", out, "--arm-args", "pr=--draft lookup", *SWEEP, "--", "--warmup-tokens", "4")
+    assert p.returncode == 0, p.stderr
+    m = json.load(open(out / "manifest.json"))
+    assert m["arm_args"] == {"pr": ["--draft", "lookup"]}
+    main_lines = open(os.path.join(a, "tree", "args.log")).read().splitlines()
+    pr_lines = open(os.path.join(b, "tree", "args.log")).read().splitlines()
+    assert all(ln.endswith("--warmup-tokens 4") for ln in main_lines)
+    assert all(ln.endswith("--warmup-tokens 4 --draft lookup") for ln in pr_lines)
+    # refused before any work: an unknown label, and per-arm args in an A/A run
+    p = S.nfab(tmp_path, "run", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", tmp_path / "o2", "--arm-args", "nope=--x", *SWEEP)
+    assert p.returncode == 2 and "not an arm label" in p.stderr
+    p = S.nfab(tmp_path, "run", "--aa", "main=" + a, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", tmp_path / "o3", "--arm-args", "main_1=--x", *SWEEP)
+    assert p.returncode == 2
+
+
 def test_default_is_three_runs_and_time_budget_stops_early(tmp_path):
     a = S.make_arm(tmp_path / "arms", "main")
     b = S.make_arm(tmp_path / "arms", "pr", SLEEP=0.4)
