@@ -77,6 +77,26 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%: $(BUILD)/tools/%.o $(BUILD)/libnf.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
+# nf-bench's build stamp (src/bench/run_env.c prints it): commit, dirty flag, compilers and flags, in a generated
+# header that is rewritten only when its content changes (an unchanged tree does not rebuild). STAMP_CFLAGS is
+# expanded here, before the target-specific -I below, so the stamp shows the flags every object was built with.
+BUILD_ID_H   := $(BUILD)/gen/nf_build_id.h
+STAMP_CFLAGS := $(CFLAGS)
+.PHONY: FORCE
+FORCE:
+$(BUILD_ID_H): FORCE
+	@mkdir -p $(@D)
+	@{ printf '#define NF_BUILD_COMMIT "%s"\n' "$$(git rev-parse HEAD 2>/dev/null || echo unknown)"; \
+	   printf '#define NF_BUILD_DIRTY "%s"\n' "$$(git rev-parse HEAD >/dev/null 2>&1 && \
+	     { git status --porcelain --untracked-files=no | grep -q . && echo yes || echo no; } || echo unknown)"; \
+	   printf '#define NF_BUILD_CC "%s"\n' "$$($(CC) --version 2>/dev/null | head -n 1)"; \
+	   printf '#define NF_BUILD_CFLAGS "%s"\n' '$(STAMP_CFLAGS)'; \
+	   printf '#define NF_BUILD_NVCC "%s"\n' "$$($(NVCC) --version 2>/dev/null | tail -n 1)"; \
+	   printf '#define NF_BUILD_NVFLAGS "%s"\n' '$(NVFLAGS)'; } >$@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/src/bench/run_env.o $(BUILD)/cuda/src/bench/run_env.o: $(BUILD_ID_H)
+$(BUILD)/src/bench/run_env.o $(BUILD)/cuda/src/bench/run_env.o: CFLAGS += -I$(BUILD)/gen
+
 # ---- CUDA -------------------------------------------------------------------------------------------
 cuda: $(CUDA_TOOLS) $(BUILD)/cuda/nf-gpu-tests
 

@@ -1,0 +1,258 @@
+/* bench.c — nf_bench_run: everything around the measurement loop (sweep.c). It refuses bad inputs before any
+ * measurement (capacity, prompt length, unreadable files, a backend not compiled in), opens the model (a GGUF or
+ * a synthetic spec) and the backend, writes the log header (build, host, device, driver, model, sequence, sweep,
+ * routes), measures the read-bandwidth probe, runs the warm-up and the sweep, and cleans up. */
+#include "bench/bench.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bw_probe.h"
+#include "bench/byte_model.h"
+#include "bench/run_env.h"
+#include "bench/sweep.h"
+#include "bench/token_seq.h"
+#include "cpu/backend_cpu.h"
+#include "formats/formats.h"
+#include "model/model.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+#ifdef NF_CUDA
+#include "cuda/backend_cuda.h"
+#include "cuda/cuda_bench.h"
+#endif
+
+/* model/synth.h's in-memory synthetic models (nf_synth_spec_parse, nf_synth_model_create) */
+#ifndef NF_BENCH_SYNTH_MODELS
+#define NF_BENCH_SYNTH_MODELS 0
+#endif
+#if NF_BENCH_SYNTH_MODELS
+#include "model/synth.h"
+#endif
+
+#define REFUSED 2
+#define FAILED 1
+
+static int say(int code, const char *what) {
+    fprintf(stderr, "%s: %s: %s\n", nf_progname, code == REFUSED ? "refused" : "error", what);
+    return code;
+}
+
+static void describe_model(const nf_model *m, const nf_bench_opts *o, char *buf, size_t n) {
+    const nf_hparams *hp = &m->hp;
+    double w = 0;
+    if (nf_decode_weight_bytes(m, &w) < 0) w = 0;
+    char src[512];
+    if (o->synthetic) snprintf(src, sizeof src, "synthetic %s (seed %llu)", o->synthetic, (unsigned long long)o->seed);
+    else snprintf(src, sizeof src, "%s", o->model_path);
+    snprintf(buf, n, "%s: %d layers, n_embd %d, vocab %d, context %d, %d/%d experts, %.4f GB of weights read per "
+             "decode token", src, hp->n_layer, hp->n_embd, hp->n_vocab, hp->n_ctx_train, hp->n_expert_used,
+             hp->n_expert, w / 1e9);
+}
+
+static int load_sequence(const nf_bench_opts *o, const nf_model *m, const nf_hparams *hp, int64_t need,
+                         nf_token_seq *seq, char *desc, size_t n) {
+    if (o->prompt_ids) {
+        if (nf_token_seq_ids(o->prompt_ids, hp->n_vocab, seq) < 0) return -1;
+        snprintf(desc, n, "ids file %s", o->prompt_ids);
+    } else if (o->prompt_text) {
+        nf_tokenizer *tok = NULL;
+        if (o->tokenizer) tok = nf_tokenizer_load(o->tokenizer);
+        else if (m && m->file) tok = nf_tokenizer_from_gguf(m->file);
+        else return nf_fail("the model has no tokenizer to read the text prompt %s with: give --tokenizer FILE "
+                            "(a GGUF or tokenizer.json), or --prompt-ids FILE, or no prompt for the synthetic "
+                            "sequence", o->prompt_text);
+        if (!tok) return nf_fail_prefix("tokenizer");
+        int r = nf_token_seq_text(tok, o->prompt_text, hp->n_vocab, seq);
+        nf_tokenizer_free(tok);
+        if (r < 0) return -1;
+        snprintf(desc, n, "text %s tokenized with %s", o->prompt_text, o->tokenizer ? o->tokenizer : "the model's tokenizer");
+    } else {
+        nf_token_seq_synthetic(o->seed, hp->n_vocab, hp->eos_id, need, seq);
+        snprintf(desc, n, "synthetic (seed %llu)", (unsigned long long)o->seed);
+    }
+    if (seq->n < need) {
+        int64_t have = seq->n;
+        nf_token_seq_free(seq);
+        return nf_fail("the prompt holds %lld tokens; the last frontier needs %lld", (long long)have, (long long)need);
+    }
+    return 0;
+}
+
+static nf_backend *open_backend(const nf_bench_opts *o, const nf_model *m, int cuda) {
+#ifdef NF_CUDA
+    if (cuda) return nf_backend_cuda_create(m, 0);
+#else
+    (void)cuda;
+#endif
+    return nf_cpu_backend_create(m, o->n_threads);
+}
+
+static int read_probe(const nf_bench_opts *o, int cuda, nf_bw_probe *bw, char *desc, size_t n) {
+#ifdef NF_CUDA
+    if (cuda) {
+        size_t l2 = nf_cuda_l2_bytes(0);
+        size_t bytes = o->probe_bytes > 0 ? (size_t)o->probe_bytes : (size_t)2 << 30;
+        if (nf_cuda_read_bandwidth(0, bytes, 21, bw) < 0) return -1;
+        snprintf(desc, n, "GPU read probe: %.1f GB/s (median of %d launches, best %.1f) over %zu MiB = %.0fx L2",
+                 bw->gbps, bw->passes, bw->best_gbps, bw->bytes >> 20, l2 ? (double)bw->bytes / (double)l2 : 0.0);
+        return 0;
+    }
+#else
+    (void)cuda;
+#endif
+    size_t bytes = o->probe_bytes > 0 ? (size_t)o->probe_bytes : (size_t)256 << 20;
+    if (nf_cpu_read_bandwidth(bytes, o->n_threads, 5, bw) < 0) return -1;
+    snprintf(desc, n, "CPU read probe: %.2f GB/s (median of %d passes, best %.2f) over %zu MiB, %d threads", bw->gbps,
+             bw->passes, bw->best_gbps, bw->bytes >> 20, bw->threads);
+    return 0;
+}
+
+static const char *env_or(const char *name, const char *dflt) {
+    const char *v = getenv(name);
+    return v ? v : dflt;
+}
+
+int nf_bench_run(const nf_bench_opts *o) {
+    char msg[1024];
+    const int cuda = !strcmp(o->backend, "cuda");
+    if (!cuda && strcmp(o->backend, "cpu")) {
+        snprintf(msg, sizeof msg, "unknown backend '%s' (cpu or cuda)", o->backend);
+        return say(REFUSED, msg);
+    }
+#ifndef NF_CUDA
+    if (cuda) return say(REFUSED, "this build has no CUDA backend; build with `make cuda` and run build/cuda/nf-bench");
+#endif
+    if (!o->model_path == !o->synthetic) return say(REFUSED, "give exactly one of -m MODEL.gguf and --synthetic SPEC");
+    if (o->n_frontiers < 1 || o->gen < 1) return say(REFUSED, "no frontiers or no probe steps");
+
+    /* the model's hyperparameters first: every refusal below needs them, none needs the weights */
+    nf_model *m = NULL;
+    nf_hparams hp;
+#if NF_BENCH_SYNTH_MODELS
+    const nf_recipe *recipe = NULL;
+#endif
+    if (o->model_path) {
+        m = nf_model_load(o->model_path);
+        if (!m) return say(REFUSED, nf_error());
+        hp = m->hp;
+    } else {
+#if NF_BENCH_SYNTH_MODELS
+        if (nf_synth_spec_parse(o->synthetic, &hp, &recipe) < 0) return say(REFUSED, nf_error());
+#else
+        return say(REFUSED, "synthetic models are not available in this build yet (model/synth.h's "
+                            "nf_synth_model_create has not landed)");
+#endif
+    }
+
+    const int64_t last = o->frontiers[o->n_frontiers - 1];
+    const int64_t cap = o->ctx > 0 ? o->ctx : last + o->gen;
+    nf_token_seq seq = {0};
+    nf_backend *be = NULL;
+    FILE *csv = NULL, *dump = NULL;
+    int rc = REFUSED;
+    if (last + o->gen > cap) {
+        snprintf(msg, sizeof msg, "frontier %lld plus %d probe tokens needs %lld positions; --ctx is %lld",
+                 (long long)last, o->gen, (long long)(last + o->gen), (long long)cap);
+        say(REFUSED, msg);
+        goto out;
+    }
+    if (cap > hp.n_ctx_train) {
+        snprintf(msg, sizeof msg, "%lld positions (frontier %lld + %d probe tokens, or --ctx) exceed the model's context "
+                 "length %d", (long long)cap, (long long)last, o->gen, hp.n_ctx_train);
+        say(REFUSED, msg);
+        goto out;
+    }
+    char seq_desc[512];
+    if (load_sequence(o, m, &hp, last, &seq, seq_desc, sizeof seq_desc) < 0) {
+        say(REFUSED, nf_error());
+        goto out;
+    }
+    if (o->csv_path && !(csv = fopen(o->csv_path, "w"))) {
+        snprintf(msg, sizeof msg, "--csv %s: %s", o->csv_path, strerror(errno));
+        say(REFUSED, msg);
+        goto out;
+    }
+    if (o->dump_path && !(dump = fopen(o->dump_path, "w"))) {
+        snprintf(msg, sizeof msg, "--dump-steps %s: %s", o->dump_path, strerror(errno));
+        say(REFUSED, msg);
+        goto out;
+    }
+    rc = FAILED;
+
+#if NF_BENCH_SYNTH_MODELS
+    if (!m) {
+        m = nf_synth_model_create(&hp, recipe, o->seed, cuda ? NF_SYNTH_DEVICE : NF_SYNTH_HOST);
+        if (!m) {
+            say(FAILED, nf_error());
+            goto out;
+        }
+    }
+#endif
+
+    char line[1024];
+    fprintf(stderr, "nf-bench: build %s\n", nf_run_env_build());
+    nf_run_env_cpu(line, sizeof line);
+    fprintf(stderr, "nf-bench: host %s\n", line);
+    nf_run_env_nvidia_driver(line, sizeof line);
+    fprintf(stderr, "nf-bench: nvidia driver %s\n", line);
+    describe_model(m, o, line, sizeof line);
+    fprintf(stderr, "nf-bench: model %s\n", line);
+    fprintf(stderr, "nf-bench: sequence %s: %lld tokens, the first %lld used\n", seq_desc, (long long)seq.n,
+            (long long)last);
+    fprintf(stderr, "nf-bench: sweep");
+    for (int i = 0; i < o->n_frontiers; i++) fprintf(stderr, "%s%lld", i ? "," : " ", (long long)o->frontiers[i]);
+    fprintf(stderr, "; probe %d greedy steps (EOS %d excluded); prefill chunk %d; warm-up %d tokens; capacity %lld\n",
+            o->gen, hp.eos_id, o->chunk, o->warmup, (long long)cap);
+
+    be = open_backend(o, m, cuda);
+    if (!be) {
+        say(FAILED, nf_error());
+        goto out;
+    }
+#ifdef NF_CUDA
+    if (cuda) {
+        if (nf_cuda_describe(0, line, sizeof line) < 0) {
+            say(FAILED, nf_error());
+            goto out;
+        }
+        fprintf(stderr, "nf-bench: device %s\n", line);
+    }
+#endif
+    if (!cuda) {
+        nf_run_env_cpu(line, sizeof line);
+        fprintf(stderr, "nf-bench: device cpu: %s, backend threads %s\n", line,
+                o->n_threads > 0 ? "as -t" : "NF_THREADS or all online CPUs");
+    }
+    fprintf(stderr, "nf-bench: routes: backend %s; argmax on the host over each step's logits; NF_CUDA_QDOT=%s "
+            "NF_CUDA_SYNC=%s\n", be->name, env_or("NF_CUDA_QDOT", "(unset)"), env_or("NF_CUDA_SYNC", "(unset)"));
+
+    nf_bench_ctx c = {.o = o, .be = be, .cuda_device = cuda ? 0 : -1, .ids = seq.ids, .n_ids = seq.n, .cap = cap,
+                      .csv = csv ? csv : stdout, .dump = dump};
+    if (nf_bench_warmup(&c) < 0) {
+        say(FAILED, nf_error());
+        goto out;
+    }
+    nf_bw_probe bw;
+    if (read_probe(o, cuda, &bw, line, sizeof line) < 0) {
+        say(FAILED, nf_error());
+        goto out;
+    }
+    fprintf(stderr, "nf-bench: %s\n", line);
+    c.probe_gbps = bw.gbps;
+
+    nf_bench_csv_header(c.csv);
+    if (nf_bench_sweep_frontiers(&c) < 0) {
+        say(FAILED, nf_error());
+        goto out;
+    }
+    rc = 0;
+out:
+    if (csv && fclose(csv) != 0 && rc == 0) rc = say(FAILED, "--csv: write failed");
+    if (dump && fclose(dump) != 0 && rc == 0) rc = say(FAILED, "--dump-steps: write failed");
+    nf_backend_free(be);
+    nf_token_seq_free(&seq);
+    nf_model_free(m);
+    return rc;
+}

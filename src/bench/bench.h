@@ -1,0 +1,71 @@
+/* bench.h — nf-bench: prefill and decode speed of one model on one backend, swept over context depths.
+ *
+ * Method (ds4-bench's, shared/spec/ab-protocol.md §1 and §6.1; the CSV and dump contracts are docs/ab.md's):
+ *   - one token sequence (token_seq.h) is walked to ascending frontiers F1 < F2 < ... (frontiers.h);
+ *   - at each frontier only the new interval [F(i-1), Fi) is prefilled, in chunks, and timed: row 1 is a cold
+ *     prefill, later rows time the resume path;
+ *   - the state is snapshotted, a greedy probe of G steps runs (argmax excluding EOS, probe.h), and the snapshot
+ *     is restored, so the probe's tokens never enter the next interval; snapshot and restore are not timed;
+ *   - an untimed warm-up (its own short prefill and two decode steps on a scratch state) runs first, so module
+ *     load and first-call allocations do not land in frontier 1;
+ *   - clocks are read only after a device-wide sync (CLOCK_MONOTONIC); inside the probe the only
+ *     synchronisation is the backend's copy of each step's logits to the host, which the argmax needs.
+ * gen_tps excludes the first probe step (it carries lazy initialisation on a GPU); the full-probe rate and the
+ * first step's time are extra columns. bytes_per_token (byte_model.h) is averaged over the positions of the
+ * timed steps; decode_gbps = bytes_per_token * gen_tps; bw_fraction = decode_gbps / the read probe's GB/s
+ * (bw_probe.h), measured in the same process on the same device before the sweep. */
+#ifndef NF_BENCH_BENCH_H
+#define NF_BENCH_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+    const char *model_path;     /* GGUF file, or NULL with `synthetic` */
+    const char *synthetic;      /* "PRESET:RECIPE" (model/synth.h), or NULL */
+    uint64_t seed;              /* synthetic weights and the synthetic token sequence */
+    const char *backend;        /* "cpu" or "cuda" */
+    int n_threads;              /* CPU backend threads (<= 0: NF_THREADS or all cores) */
+    const int64_t *frontiers;   /* ascending */
+    int n_frontiers;
+    int gen;                    /* probe steps (>= 1) */
+    int chunk;                  /* prefill tokens per forward call */
+    int warmup;                 /* warm-up prefill tokens (0: no warm-up) */
+    int64_t ctx;                /* state capacity in tokens (0: last frontier + gen) */
+    const char *prompt_text;    /* text file, or NULL */
+    const char *prompt_ids;     /* ids file, or NULL (neither: the synthetic sequence) */
+    const char *tokenizer;      /* tokenizer for prompt_text when the model has none (GGUF or tokenizer.json) */
+    const char *csv_path;       /* NULL: stdout */
+    const char *dump_path;      /* --dump-steps, or NULL */
+    int dump_topk;
+    int64_t probe_bytes;        /* bandwidth probe buffer (0: the default for the backend) */
+} nf_bench_opts;
+
+/* One CSV row (csv.c writes the columns, in the contract's order). */
+typedef struct {
+    int64_t ctx, prefill_tokens;
+    double prefill_tps;
+    int gen_tokens;
+    double gen_tps;             /* steady: steps 1..G-1 (step 0 alone when G = 1) */
+    double state_bytes;         /* in use at ctx (byte_model.h nf_state_bytes_at) */
+    double bytes_per_token;
+    double decode_gbps, bw_fraction;
+    uint64_t gen_ids_hash;
+    /* extra columns */
+    double gen_first_ms;        /* probe step 0 */
+    double gen_all_tps;         /* all G steps */
+    double probe_gbps;
+    double weight_bytes;        /* weights part of bytes_per_token */
+    double state_read_bytes;    /* state part of bytes_per_token */
+    double prefill_s;
+} nf_bench_row;
+
+void nf_bench_csv_header(FILE *f);
+void nf_bench_csv_row(FILE *f, const nf_bench_row *r);
+
+/* Run the bench; the log goes to stderr, the CSV to csv_path (or stdout). Returns 0; 2 when the inputs are
+ * refused before any measurement (frontier beyond the capacity, prompt too short, unreadable file, backend not
+ * compiled in); 1 on a failure during the run. The message is printed to stderr. */
+int nf_bench_run(const nf_bench_opts *o);
+
+#endif

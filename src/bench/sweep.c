@@ -1,0 +1,190 @@
+/* sweep.c — nf-bench's measurement loop: per frontier, the timed incremental prefill, the untimed snapshot, the
+ * timed greedy probe, the untimed restore, then one CSV row (method in bench.h). Clocks are CLOCK_MONOTONIC read
+ * after a device-wide sync; the probe adds no synchronisation of its own (each step's logits copy to the host is
+ * the backend's, and the argmax needs it). */
+#include "bench/sweep.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench/byte_model.h"
+#include "bench/probe.h"
+#include "bench/step_dump.h"
+#include "model/forward.h"
+#include "model/state.h"
+#include "util/error.h"
+#ifdef NF_CUDA
+#include "cuda/cuda_bench.h"
+#endif
+
+static int device_sync(const nf_bench_ctx *c) {
+#ifdef NF_CUDA
+    if (c->cuda_device >= 0) return nf_cuda_device_sync(c->cuda_device);
+#else
+    (void)c;
+#endif
+    return 0;
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* now() after everything queued on the device has finished */
+static int synced_now(const nf_bench_ctx *c, double *t) {
+    if (device_sync(c) < 0) return -1;
+    *t = now();
+    return 0;
+}
+
+int nf_bench_warmup(nf_bench_ctx *c) {
+    const nf_bench_opts *o = c->o;
+    const nf_hparams *hp = &c->be->model->hp;
+    int64_t n = o->warmup;
+    if (n <= 0) return 0;
+    if (n > c->n_ids) n = c->n_ids;
+    if (n > c->cap - 2) n = c->cap - 2;
+    if (n < 1) return 0;
+    nf_state *st = nf_backend_state_create(c->be, n + 2);
+    if (!st) return nf_fail_prefix("warm-up");
+    float *logits = nf_xmalloc((size_t)hp->n_vocab * sizeof *logits);
+    int rc = nf_prefill(c->be, st, c->ids, n, o->chunk, logits, 0, NULL);
+    for (int s = 0; rc == 0 && s < 2; s++) {
+        int32_t tok = nf_argmax_excluding(logits, hp->n_vocab, hp->eos_id);
+        rc = nf_forward(c->be, st, &tok, 1, logits, 0, NULL);
+    }
+    if (rc == 0) rc = device_sync(c);
+    free(logits);
+    nf_state_free(st);
+    return rc < 0 ? nf_fail_prefix("warm-up") : 0;
+}
+
+typedef struct {
+    int32_t *ids;     /* [gen] */
+    int32_t *top_ids; /* [gen][k] (dump only) */
+    float *top_vals;
+    double t_start, t_first, t_end;
+} probe_out;
+
+/* G steps of argmax (excluding EOS) -> decode forward, from the logits that follow the prefill. */
+static int run_probe(nf_bench_ctx *c, nf_state *st, float *logits, probe_out *p) {
+    const nf_hparams *hp = &c->be->model->hp;
+    const int G = c->o->gen, K = c->dump ? c->o->dump_topk : 0;
+    if (synced_now(c, &p->t_start) < 0) return -1;
+    for (int s = 0; s < G; s++) {
+        int32_t tok = nf_argmax_excluding(logits, hp->n_vocab, hp->eos_id);
+        p->ids[s] = tok;
+        if (K) nf_topk_logits(logits, hp->n_vocab, K, p->top_ids + (size_t)s * K, p->top_vals + (size_t)s * K);
+        if (nf_forward(c->be, st, &tok, 1, logits, 0, NULL) < 0) return nf_fail_prefix("probe step %d", s);
+        if (s == 0 && synced_now(c, &p->t_first) < 0) return -1;
+    }
+    return synced_now(c, &p->t_end);
+}
+
+/* mean bytes read per timed probe step (steps 1..G-1; step 0 when G = 1), query positions ctx + s */
+static void probe_bytes(const nf_hparams *hp, double weights, int64_t ctx, int G, nf_bench_row *r) {
+    int first = G > 1 ? 1 : 0;
+    double state = 0;
+    for (int s = first; s < G; s++) {
+        nf_decode_bytes b;
+        nf_decode_state_reads(hp, ctx + s, &b);
+        state += nf_decode_bytes_total(&b);
+    }
+    r->weight_bytes = weights;
+    r->state_read_bytes = state / (double)(G - first);
+    r->bytes_per_token = r->weight_bytes + r->state_read_bytes;
+}
+
+int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
+    const nf_bench_opts *o = c->o;
+    const nf_model *m = c->be->model;
+    const nf_hparams *hp = &m->hp;
+    const int G = o->gen, K = c->dump ? o->dump_topk : 0;
+    double weights;
+    if (nf_decode_weight_bytes(m, &weights) < 0) return -1;
+
+    nf_state *st = nf_backend_state_create(c->be, c->cap);
+    if (!st) return nf_fail_prefix("state for %lld tokens", (long long)c->cap);
+    if (nf_state_reserve(st, c->cap) < 0) {
+        nf_state_free(st);
+        return nf_fail_prefix("state for %lld tokens", (long long)c->cap);
+    }
+    float *logits = nf_xmalloc((size_t)hp->n_vocab * sizeof *logits);
+    probe_out p = {.ids = nf_xmalloc((size_t)G * sizeof(int32_t))};
+    if (K) {
+        p.top_ids = nf_xmalloc((size_t)G * K * sizeof(int32_t));
+        p.top_vals = nf_xmalloc((size_t)G * K * sizeof(float));
+    }
+    int rc = -1;
+    for (int i = 0; i < o->n_frontiers; i++) {
+        const int64_t from = i ? o->frontiers[i - 1] : 0, to = o->frontiers[i];
+        double t0, t1;
+        if (synced_now(c, &t0) < 0) goto done;
+        if (nf_prefill(c->be, st, c->ids + from, to - from, o->chunk, logits, 0, NULL) < 0) {
+            nf_fail_prefix("prefill of [%lld, %lld)", (long long)from, (long long)to);
+            goto done;
+        }
+        if (synced_now(c, &t1) < 0) goto done;
+
+        nf_state *snap = nf_state_snapshot(st);
+        if (!snap) {
+            nf_fail_prefix("snapshot at ctx %lld", (long long)to);
+            goto done;
+        }
+        int pr = run_probe(c, st, logits, &p);
+        int rr = pr == 0 ? nf_state_restore(st, snap) : 0;
+        nf_state_free(snap);
+        if (pr < 0) goto done;
+        if (rr < 0) {
+            nf_fail_prefix("restore at ctx %lld", (long long)to);
+            goto done;
+        }
+
+        nf_bench_row r;
+        memset(&r, 0, sizeof r);
+        r.ctx = to;
+        r.prefill_tokens = to - from;
+        r.prefill_s = t1 - t0;
+        r.prefill_tps = (double)r.prefill_tokens / r.prefill_s;
+        r.gen_tokens = G;
+        r.gen_first_ms = (p.t_first - p.t_start) * 1e3;
+        r.gen_tps = G > 1 ? (double)(G - 1) / (p.t_end - p.t_first) : 1.0 / (p.t_first - p.t_start);
+        r.gen_all_tps = (double)G / (p.t_end - p.t_start);
+        r.state_bytes = nf_state_bytes_at(hp, to);
+        probe_bytes(hp, weights, to, G, &r);
+        r.decode_gbps = r.bytes_per_token * r.gen_tps / 1e9;
+        r.probe_gbps = c->probe_gbps;
+        r.bw_fraction = c->probe_gbps > 0 ? r.decode_gbps / c->probe_gbps : 0;
+        r.gen_ids_hash = nf_ids_fnv64(NF_FNV64_INIT, p.ids, (size_t)G);
+
+        if (c->dump) {
+            if (nf_step_dump_frontier(c->dump, to, c->ids, to, G, K) < 0) goto done;
+            for (int s = 0; s < G; s++)
+                if (nf_step_dump_step(c->dump, to, s, p.ids[s], p.top_ids + (size_t)s * K, p.top_vals + (size_t)s * K,
+                                      K) < 0)
+                    goto done;
+            if (nf_step_dump_end(c->dump, to, G, r.gen_ids_hash) < 0) goto done;
+        }
+        nf_bench_csv_row(c->csv, &r);
+        if (ferror(c->csv)) {
+            nf_fail("CSV: write failed");
+            goto done;
+        }
+        fprintf(stderr,
+                "nf-bench: ctx %lld: prefill %lld tokens in %.3f s (%.1f t/s); decode %d tokens %.2f t/s (first %.1f ms), "
+                "%.1f MB/token, %.1f GB/s = %.3f of the probe; ids %016llx\n",
+                (long long)to, (long long)r.prefill_tokens, r.prefill_s, r.prefill_tps, G, r.gen_tps, r.gen_first_ms,
+                r.bytes_per_token / 1e6, r.decode_gbps, r.bw_fraction, (unsigned long long)r.gen_ids_hash);
+    }
+    rc = 0;
+done:
+    free(logits);
+    free(p.ids);
+    free(p.top_ids);
+    free(p.top_vals);
+    nf_state_free(st);
+    return rc;
+}

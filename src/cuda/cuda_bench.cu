@@ -1,0 +1,123 @@
+/* cuda_bench.cu — device description, device-wide sync and the read-bandwidth probe of nf-bench (cuda_bench.h).
+ *
+ * The probe kernel reads a buffer far larger than L2 (so every byte comes from HBM) with 16-byte loads, four
+ * independent loads in flight per thread per iteration, a grid of a few blocks per SM striding over the buffer:
+ * the access pattern of a well-written weight-streaming GEMV without its arithmetic. The loaded words are folded
+ * into one value that is written only when it equals an impossible sentinel, so the loads stay live and the
+ * kernel writes (almost) nothing. Each launch is timed with its own pair of events; the median launch is the
+ * figure (robust to one slow launch), the fastest is reported beside it. */
+extern "C" {
+#include "cuda/cuda_bench.h"
+#include "util/error.h"
+}
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CU_OK(call)                                                                                          \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess) return nf_fail("cuda: %s (%s:%d)", cudaGetErrorString(e_), __FILE__, __LINE__); \
+    } while (0)
+
+extern "C" int nf_cuda_describe(int device, char *buf, size_t n) {
+    cudaDeviceProp p;
+    int drv = 0, rt = 0;
+    CU_OK(cudaGetDeviceProperties(&p, device));
+    CU_OK(cudaDriverGetVersion(&drv));
+    CU_OK(cudaRuntimeGetVersion(&rt));
+    snprintf(buf, n, "%s (device %d), sm_%d%d, %d SMs, %zu MiB, L2 %d MiB; CUDA driver %d.%d, runtime %d.%d",
+             p.name, device, p.major, p.minor, p.multiProcessorCount, p.totalGlobalMem >> 20, p.l2CacheSize >> 20,
+             drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+    return 0;
+}
+
+extern "C" size_t nf_cuda_l2_bytes(int device) {
+    int l2 = 0;
+    if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess) return 0;
+    return (size_t)l2;
+}
+
+extern "C" int nf_cuda_device_sync(int device) {
+    CU_OK(cudaSetDevice(device));
+    CU_OK(cudaDeviceSynchronize());
+    return 0;
+}
+
+static __global__ void read_kernel(const uint4 *__restrict__ p, size_t n, unsigned *sink) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned acc = 0;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        uint4 a = __ldcs(p + i), b = __ldcs(p + i + stride), c = __ldcs(p + i + 2 * stride), d = __ldcs(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        uint4 a = __ldcs(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9e3779b9u) atomicAdd(sink, 1u);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+extern "C" int nf_cuda_read_bandwidth(int device, size_t bytes, int passes, nf_bw_probe *out) {
+    memset(out, 0, sizeof *out);
+    if (passes < 1) passes = 1;
+    bytes &= ~(size_t)255;
+    if (bytes == 0) return nf_fail("bandwidth probe: empty buffer");
+    CU_OK(cudaSetDevice(device));
+    int sms = 0;
+    CU_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    uint4 *buf = nullptr;
+    unsigned *sink = nullptr;
+    cudaEvent_t *ev = nullptr;
+    double *gbps = (double *)nf_xmalloc((size_t)passes * sizeof *gbps);
+    int rc = -1, n_ev = 0;
+    const size_t n = bytes / sizeof(uint4);
+    const int threads = 512, blocks = sms * 4;
+    cudaError_t e;
+    if ((e = cudaMalloc(&buf, bytes)) != cudaSuccess || (e = cudaMalloc(&sink, sizeof *sink)) != cudaSuccess) {
+        nf_fail("bandwidth probe: cannot allocate %zu MiB on the device: %s", bytes >> 20, cudaGetErrorString(e));
+        goto done;
+    }
+    ev = (cudaEvent_t *)nf_xcalloc((size_t)2 * passes, sizeof *ev);
+    for (; n_ev < 2 * passes; n_ev++)
+        if ((e = cudaEventCreate(&ev[n_ev])) != cudaSuccess) goto cuda_fail;
+    if ((e = cudaMemset(buf, 0x5a, bytes)) != cudaSuccess || (e = cudaMemset(sink, 0, sizeof *sink)) != cudaSuccess)
+        goto cuda_fail;
+    for (int w = 0; w < 3; w++) read_kernel<<<blocks, threads>>>(buf, n, sink);
+    if ((e = cudaGetLastError()) != cudaSuccess) goto cuda_fail;
+    for (int k = 0; k < passes; k++) {
+        cudaEventRecord(ev[2 * k]);
+        read_kernel<<<blocks, threads>>>(buf, n, sink);
+        cudaEventRecord(ev[2 * k + 1]);
+    }
+    if ((e = cudaGetLastError()) != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess) goto cuda_fail;
+    for (int k = 0; k < passes; k++) {
+        float ms = 0;
+        if ((e = cudaEventElapsedTime(&ms, ev[2 * k], ev[2 * k + 1])) != cudaSuccess) goto cuda_fail;
+        gbps[k] = (double)bytes / (ms * 1e-3) / 1e9;
+    }
+    qsort(gbps, (size_t)passes, sizeof *gbps, cmp_double);
+    out->gbps = gbps[passes / 2];
+    out->best_gbps = gbps[passes - 1];
+    out->bytes = bytes;
+    out->passes = passes;
+    rc = 0;
+    goto done;
+cuda_fail:
+    nf_fail("bandwidth probe: %s", cudaGetErrorString(e));
+done:
+    for (int k = 0; k < n_ev; k++) cudaEventDestroy(ev[k]);
+    free(ev);
+    free(gbps);
+    if (buf) cudaFree(buf);
+    if (sink) cudaFree(sink);
+    return rc;
+}

@@ -1,0 +1,29 @@
+/* cuda_bench.h — what nf-bench needs from the GPU besides the backend: a description of the device for the log,
+ * a device-wide synchronisation before each host clock read, and the read-bandwidth probe that bw_fraction is
+ * measured against (same process, same GPU, just before the sweep). C interface; CUDA builds only. */
+#ifndef NF_CUDA_CUDA_BENCH_H
+#define NF_CUDA_CUDA_BENCH_H
+
+#include <stddef.h>
+
+#include "bench/bw_probe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* "NVIDIA H200, sm_90, 132 SMs, 143771 MiB, L2 60 MiB; CUDA driver 13.0, runtime 13.0" into buf. 0 or -1. */
+int nf_cuda_describe(int device, char *buf, size_t n);
+/* L2 size of the device in bytes (0 when unknown). */
+size_t nf_cuda_l2_bytes(int device);
+/* Wait for all work on the device (every stream). 0 or -1 with nf_error(). */
+int nf_cuda_device_sync(int device);
+/* Stream `bytes` of device memory through a read kernel `passes` times after warm-up launches, each launch timed
+ * with CUDA events; out->gbps is the median launch. 0, or -1 with nf_error() (out of memory, no device). */
+int nf_cuda_read_bandwidth(int device, size_t bytes, int passes, nf_bw_probe *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,306 @@
+"""nf-bench on the embedded model (CPU): the CSV contract (columns, order, rows), the byte columns against an
+independent count from the GGUF (gguf package), the probe's tokens against teacher-forced `nf logits` argmax (and
+gen_ids_hash = FNV-1a of them), incremental prefill with snapshot/restore (a frontier list split over runs gives the
+same hashes), the text prompt tokenized as `nf tokenize` does, refusals before any work, and nf-ab's real path
+(`run`, `report`, `exact`) driving the real binary.
+
+Frontiers 64 and 160 sit on both sides of the embedded model's dense/sparse attention boundary at 131 tokens
+(index_topk 128 + kpool 4 - 1)."""
+
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ab_support as S  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("NF_BUILD", ROOT / "build"))
+BENCH = BUILD / "nf-bench"
+MODEL = ROOT / "models" / "tiny" / "nf-tiny-bf16.gguf"
+TEXT = ROOT / "tests" / "data" / "tiny" / "text.txt"
+EXTRA = ["gen_first_ms", "gen_all_tps", "probe_gbps", "weight_bytes", "state_read_bytes", "prefill_s"]
+QUICK = ["-t", "2", "--probe-mib", "8", "--warmup", "4", "--chunk", "32"]
+EOS = 8128
+
+
+def bench(*args, model=True, check=True):
+    cmd = [str(BENCH)] + (["-m", str(MODEL)] if model else []) + QUICK + [str(a) for a in args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def read_csv(path):
+    lines = Path(path).read_text().splitlines()
+    head = lines[0].split(",")
+    return head, [dict(zip(head, ln.split(","))) for ln in lines[1:]]
+
+
+def fnv64(ids):
+    h = 0xCBF29CE484222325
+    for b in b"".join(struct.pack("<I", i & 0xFFFFFFFF) for i in ids):
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+def read_dump(path):
+    blocks = {}
+    for ln in Path(path).read_text().splitlines():
+        r = json.loads(ln)
+        b = blocks.setdefault(r["ctx"], {"steps": []})
+        if r["type"] == "step":
+            b["steps"].append(r)
+        else:
+            b[r["type"]] = r
+    return blocks
+
+
+def ids_file(tmp_path, n, seed=3, name="ids.txt"):
+    rng = random.Random(seed)
+    ids = [rng.randrange(8192) for _ in range(n)]
+    ids = [i if i != EOS else 0 for i in ids]
+    p = tmp_path / name
+    p.write_text(" ".join(map(str, ids)) + "\n")
+    return p, ids
+
+
+def test_csv_contract_columns_rows_and_log(tmp_path):
+    csv = tmp_path / "b.csv"
+    p = bench("--frontiers", "64,160", "--gen", 8, "--csv", csv)
+    head, rows = read_csv(csv)
+    assert head == S.CONTRACT + EXTRA
+    assert [int(r["ctx"]) for r in rows] == [64, 160]
+    assert [int(r["prefill_tokens"]) for r in rows] == [64, 96]
+    for r in rows:
+        assert int(r["gen_tokens"]) == 8
+        for k in ("prefill_tps", "gen_tps", "gen_all_tps", "state_bytes", "bytes_per_token", "decode_gbps",
+                  "bw_fraction", "probe_gbps", "gen_first_ms"):
+            assert float(r[k]) > 0, k
+        assert len(r["gen_ids_hash"]) == 16 and int(r["gen_ids_hash"], 16) >= 0
+        bpt, tps = float(r["bytes_per_token"]), float(r["gen_tps"])
+        assert float(r["decode_gbps"]) == pytest.approx(bpt * tps / 1e9, abs=1.5e-3)
+        assert float(r["bw_fraction"]) == pytest.approx(float(r["decode_gbps"]) / float(r["probe_gbps"]), rel=5e-3)
+        assert float(r["weight_bytes"]) + float(r["state_read_bytes"]) == pytest.approx(bpt, abs=1)
+    for what in ("nf-bench: build commit=", "cflags=", "nf-bench: device cpu", "nf-bench: nvidia driver",
+                 "CPU read probe"):
+        assert what in p.stderr, what
+    # without --csv the CSV goes to stdout, the log stays on stderr
+    p = bench("--frontiers", "64", "--gen", 2)
+    assert p.stdout.splitlines()[0] == ",".join(S.CONTRACT + EXTRA) and len(p.stdout.splitlines()) == 2
+
+
+def test_byte_columns_match_an_independent_count_from_the_gguf(tmp_path):
+    import gguf
+    r = gguf.GGUFReader(str(MODEL))
+
+    def kv(key):
+        f = r.fields["glm5-next." + key]
+        return int(f.parts[f.data[0]][0])
+
+    n_layer = kv("block_count") - (kv("nextn_predict_layers") if "glm5-next.nextn_predict_layers" in r.fields else 0)
+    used, n_exp = kv("expert_used_count"), kv("expert_count")
+    weights = 0.0
+    for t in r.tensors:
+        if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= n_layer:
+            continue
+        if t.name == "token_embd.weight":
+            weights += t.n_bytes / int(t.shape[1])
+        elif "_exps." in t.name:
+            weights += t.n_bytes * used / n_exp
+        else:
+            weights += t.n_bytes
+    f = r.fields["glm5-next.attention.head_count_kv"]
+    kinds = [int(f.parts[i][0]) for i in f.data]
+    assert len(kinds) >= n_layer
+    n_mla = sum(1 for k in kinds[:n_layer] if k != 0)   # head_count_kv 0 marks a KDA layer
+    n_kda = n_layer - n_mla
+    assert 0 < n_mla < n_layer
+    kv_lora, idx_hd, kpool, topk = 64, 32, 4, 128
+    kda = n_kda * 4 * (4 * 64 * 64 + 3 * 3 * 4 * 64)       # S + conv window, f32
+
+    def state_read(pos):
+        n_vis = (pos + 1) // kpool
+        dense = n_vis <= topk // kpool
+        rows = pos + 1 if dense else topk + (pos + 1) % kpool
+        return kda + n_mla * rows * kv_lora * 4 + (0 if dense else n_mla * n_vis * idx_hd * 4)
+
+    csv = tmp_path / "b.csv"
+    G = 8
+    bench("--frontiers", "64,127,160", "--gen", G, "--csv", csv)
+    _, rows = read_csv(csv)
+    for row in rows:
+        ctx = int(row["ctx"])
+        assert float(row["weight_bytes"]) == pytest.approx(weights, abs=1)
+        want = sum(state_read(ctx + s) for s in range(1, G)) / (G - 1)
+        assert float(row["state_read_bytes"]) == pytest.approx(want, abs=1), ctx
+        state = n_kda * 4 * (4 * 64 * 64 + 3 * 3 * 4 * 64) + n_mla * 4 * (ctx * kv_lora + ctx // kpool * idx_hd + 2 * kpool * idx_hd)
+        assert float(row["state_bytes"]) == state
+    # frontier 127 straddles the boundary: its probe reads dense rows for positions <= 130, sparse beyond
+    assert rows[0]["state_read_bytes"] < rows[1]["state_read_bytes"] < rows[2]["state_read_bytes"]
+
+
+def test_probe_tokens_are_the_teacher_forced_argmax_and_hash(tmp_path):
+    ids_path, ids = ids_file(tmp_path, 160)
+    csv, dump, G = tmp_path / "b.csv", tmp_path / "d.jsonl", 8
+    bench("--frontiers", "64,160", "--gen", G, "--prompt-ids", ids_path, "--csv", csv, "--dump-steps", dump,
+          "--dump-topk", 5)
+    _, rows = read_csv(csv)
+    blocks = read_dump(dump)
+    assert sorted(blocks) == [64, 160]
+    for row in rows:
+        F = int(row["ctx"])
+        b = blocks[F]
+        fr, end, steps = b["frontier"], b["end"], b["steps"]
+        assert fr["prompt_ids"] == ids[:F] and fr["prompt_tokens"] == F and fr["gen_tokens"] == G
+        assert fr["prompt_fnv64"] == fnv64(ids[:F])
+        toks = [s["token"] for s in steps]
+        assert [s["step"] for s in steps] == list(range(G)) and end["steps"] == G
+        assert row["gen_ids_hash"] == end["gen_ids_fnv64"] == fnv64(toks)
+        assert EOS not in toks
+        # teacher forcing: the logits after prompt + the first s generated tokens, in one prefill
+        seq = ids[:F] + toks[:-1]
+        tf, out = tmp_path / ("tf%d.txt" % F), tmp_path / ("tf%d.f32" % F)
+        tf.write_text(" ".join(map(str, seq)))
+        p = subprocess.run([str(BUILD / "nf"), "logits", "-m", str(MODEL), "--tokens", str(tf), "--out", str(out),
+                            "--threads", "2"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        lg = np.fromfile(out, dtype=np.float32).reshape(len(seq), -1)
+        for s in range(G):
+            row_l = lg[F - 1 + s].copy()
+            row_l[EOS] = -np.inf
+            assert int(np.argmax(row_l)) == toks[s], (F, s)
+            for tid, val in steps[s]["topk"]:
+                assert float(val) == pytest.approx(float(lg[F - 1 + s][tid]), abs=1e-3 * max(1.0, abs(float(val))))
+            vals = [float(v) for _, v in steps[s]["topk"]]
+            assert vals == sorted(vals, reverse=True) and len(vals) == 5
+
+
+def test_incremental_prefill_split_runs_give_the_same_hashes(tmp_path):
+    def hashes(*args):
+        csv = tmp_path / "h.csv"
+        bench("--gen", 8, "--csv", csv, *args)
+        return {int(r["ctx"]): r["gen_ids_hash"] for r in read_csv(csv)[1]}
+
+    both = hashes("--frontiers", "64,160")
+    assert hashes("--frontiers", "64") == {64: both[64]}
+    assert hashes("--frontiers", "160") == {160: both[160]}       # cold 160 = 64, probe, restore, +96
+    assert hashes("--ctx-start", 64, "--ctx-max", 160, "--step-incr", 96, "--step-mul", 1) == both
+    assert both[64] != both[160]
+    other_seed = hashes("--frontiers", "64,160", "--seed", 2)
+    assert other_seed[64] != both[64]
+
+
+def test_text_prompt_is_tokenized_like_nf_tokenize(tmp_path):
+    dump = tmp_path / "d.jsonl"
+    bench("--frontiers", "160", "--gen", 2, "--prompt", TEXT, "--dump-steps", dump)
+    p = subprocess.run([str(BUILD / "nf"), "tokenize", "-m", str(MODEL), "--file", str(TEXT), "--ids-only"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    want = [int(x) for x in p.stdout.split()]
+    assert len(want) >= 160
+    assert read_dump(dump)[160]["frontier"]["prompt_ids"] == want[:160]
+    # the same text through the tokenizer.json of the model directory
+    dump2 = tmp_path / "d2.jsonl"
+    bench("--frontiers", "160", "--gen", 2, "--prompt-file", TEXT, "--tokenizer", ROOT / "models" / "tiny" /
+          "tokenizer.json", "--dump-steps", dump2)
+    assert read_dump(dump2)[160]["frontier"]["prompt_ids"] == want[:160]
+
+
+def refusal_cases(tmp_path):
+    short, _ = ids_file(tmp_path, 10, name="short.txt")
+    big = tmp_path / "big.txt"
+    big.write_text("1 2 99999 " * 30)
+    return [
+        (["--bogus"], "unknown option"),
+        (["--frontiers", "64,32"], "ascend"),
+        (["--frontiers", "64,x"], "not a positive integer"),
+        (["--frontiers", "160", "--ctx", "100"], "--ctx is 100"),
+        (["--frontiers", "1048570", "--gen", "8"], "context length 1048576"),
+        (["--frontiers", "64", "--ctx-start", "64"], "exclusive"),
+        (["--gen", "0"], "out of range"),
+        (["--step-mul", "0.5"], "--step-mul"),
+        (["--ctx-start", "100", "--ctx-max", "50"], "below"),
+        (["--frontiers", "64", "--prompt-ids", str(short)], "holds 10 tokens"),
+        (["--frontiers", "64", "--prompt-ids", str(big)], "outside the model's vocabulary"),
+        (["--frontiers", "64", "--prompt-ids", str(tmp_path / "absent.txt")], "absent.txt"),
+        (["--frontiers", "64", "--prompt", str(TEXT), "--prompt-ids", str(short)], "exclusive"),
+        (["--backend", "cuda"], "no CUDA backend"),
+        (["--backend", "tpu"], "unknown backend"),
+        (["--dump-topk", "5"], "needs --dump-steps"),
+        (["--synthetic", "tiny:f32"], "exclusive"),
+        (["--frontiers", "64", "--csv", str(tmp_path / "no" / "dir.csv")], "--csv"),
+    ]
+
+
+def test_refusals_exit_2_before_any_work(tmp_path):
+    csv = tmp_path / "r.csv"
+    for args, msg in refusal_cases(tmp_path):
+        more = [] if "--csv" in args else ["--csv", csv]
+        p = bench(*args, *more, check=False)
+        assert p.returncode == 2, (args, p.returncode, p.stderr)
+        assert msg in p.stderr, (args, p.stderr)
+        assert "read probe" not in p.stderr and "nf-bench: build" not in p.stderr, args   # no measurement started
+        assert not csv.exists(), args
+    p = subprocess.run([str(BENCH), "--frontiers", "64"], capture_output=True, text=True)
+    assert p.returncode == 2 and "give a model" in p.stderr
+    p = subprocess.run([str(BENCH), "-m", str(tmp_path / "none.gguf"), "--frontiers", "64"], capture_output=True, text=True)
+    assert p.returncode == 2 and "none.gguf" in p.stderr
+    p = subprocess.run([str(BENCH), "--help"], capture_output=True, text=True)
+    assert p.returncode == 0 and "--dump-steps" in p.stdout and "--frontiers" in p.stdout
+
+
+# ---- nf-ab's real path -------------------------------------------------------------------------------------------
+def real_arm(base, label):
+    """An arm as build-arm leaves it (tree/, arm.txt, build.json), holding a copy of the real nf-bench."""
+    arm = os.path.abspath(os.path.join(str(base), label))
+    tree = os.path.join(arm, "tree")
+    os.makedirs(os.path.join(tree, "build"))
+    b = os.path.join(tree, "build", "nf-bench")
+    shutil.copy(str(BENCH), b)
+    h = S.sha256(b)
+    with open(os.path.join(arm, "arm.txt"), "w") as f:
+        f.write("label=%s\ncommit=%s\ndirty=false\ntree=%s\nbench=%s\nbench_sha256=%s\n" % (label, "0" * 40, tree, b, h))
+    with open(os.path.join(arm, "build.json"), "w") as f:
+        json.dump({"label": label, "commit": "0" * 40, "dirty": False, "bench_sha256": h}, f)
+    return arm
+
+
+def test_nf_ab_run_report_and_exact_drive_the_real_bench(tmp_path):
+    a, b = real_arm(tmp_path / "arms", "main"), real_arm(tmp_path / "arms", "pr")
+    extra = ["--", "-t", "2", "--probe-mib", "8", "--warmup", "4", "--chunk", "32"]
+    out = tmp_path / "ab"
+    p = S.nfab(tmp_path, "run", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", str(TEXT), "--weights", str(MODEL),
+               "--ctx-start", 64, "--ctx-max", 160, "--step-incr", 96, "--step-mul", 1, "--gen", 8, "--reps", 2,
+               "--runs", 1, "--out", out, *extra, timeout=600)
+    assert p.returncode == 0, p.stderr
+    m = json.load(open(out / "manifest.json"))
+    assert m["status"] == "complete"
+    hashes = {}
+    for lab in ("main", "pr"):
+        for rep in (1, 2):
+            head, rows = read_csv(out / ("%s-rep%d.csv" % (lab, rep)))
+            assert head[:10] == S.CONTRACT and [int(r["ctx"]) for r in rows] == [64, 160]
+            hashes[(lab, rep)] = [r["gen_ids_hash"] for r in rows]
+            assert "nf-bench: build commit=" in (out / ("%s-rep%d.log" % (lab, rep))).read_text()
+    assert len(set(map(tuple, hashes.values()))) == 1       # one build, one answer
+    p = S.nfab(tmp_path, "report", out)
+    assert p.returncode == 0, p.stderr
+    assert "EXACTNESS WITNESS" not in p.stdout + p.stderr
+    assert (out / "summary.json").exists()
+
+    ex = tmp_path / "ex"
+    p = S.nfab(tmp_path, "exact", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", str(TEXT), "--weights",
+               str(MODEL), "--frontiers", "96,160", "--dense-limit", 131, "--gen", 8, "--topk", 5, "--out", ex, *extra,
+               timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert (ex / "verdict.txt").read_text().startswith("IDENTICAL")
