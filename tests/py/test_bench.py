@@ -304,3 +304,27 @@ def test_nf_ab_run_report_and_exact_drive_the_real_bench(tmp_path):
                timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     assert (ex / "verdict.txt").read_text().startswith("IDENTICAL")
+
+
+def test_nf_ab_build_arm_then_run_with_a_clean_build_of_head(tmp_path):
+    """build-arm's clean build of this repository's HEAD (through a throw-away clone, so no worktree is left in the
+    project's .git) produces an nf-bench that `nf-ab run` accepts and completes an A/A sweep with."""
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout")
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "fetch", "-q", str(ROOT), "HEAD"], check=True)
+    sha = head.stdout.strip()
+    p = S.nfab(tmp_path, "build-arm", sha, "head", "--root", tmp_path / "arms", "--repo", repo, "-j", 2, timeout=900)
+    assert p.returncode == 0, p.stderr
+    arm = tmp_path / "arms" / "head"
+    assert "commit=" + sha in (arm / "arm.txt").read_text()
+    out = tmp_path / "aa"
+    p = S.nfab(tmp_path, "run", "--aa", "main=%s" % arm, "--prompt", str(TEXT), "--weights", str(MODEL),
+               "--ctx-start", 64, "--ctx-max", 160, "--step-incr", 96, "--step-mul", 1, "--gen", 4, "--reps", 2,
+               "--runs", 1, "--out", out, "--", "-t", "2", "--probe-mib", "8", "--warmup", "4", timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert json.load(open(out / "manifest.json"))["status"] == "complete"
+    log = (out / "main_1-rep1.log").read_text()
+    assert "commit=%s dirty=no" % sha in log          # the bench's own build stamp names the arm's commit
