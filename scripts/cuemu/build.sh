@@ -5,9 +5,10 @@
 # CUDA thread, blocks one after another; __syncthreads and warp shuffles are barriers between the fibers;
 # memory calls are malloc/memcpy (cudaMalloc poisons with 0xFF so unwritten reads show up as NaN). The .cu files
 # are copied with `kernel<<<g, b, smem, s>>>(args)` rewritten to `cuemu_cfg(g, b, smem, s).run(kernel, args)`
-# and compiled by g++, then linked with tests/gpu/{main,test_backend}.c and the CPU library. It checks index
-# math, orders and synchronisation logic; it cannot reproduce code generation problems or timing. Slow: use the
-# fixtures (NF_GPU_TEST_FIXTURES_ONLY=1) and --quick.
+# and compiled by g++, then linked with tests/gpu/{main,test_backend,test_gemm}.c and the CPU library. Warp-wide
+# tensor-core instructions (ldmatrix, mma.sync bf16) are emulated with their PTX fragment layouts (cuemu_dev.h).
+# It checks index math, orders and synchronisation logic; it cannot reproduce code generation problems or timing.
+# Slow: use the fixtures (NF_GPU_TEST_FIXTURES_ONLY=1) and --quick; `--only gemm` runs the GEMM test (~2 min).
 #
 #   make build/libnf.a build/nf-convert && scripts/cuemu/build.sh
 #   NF_GPU_TEST_FIXTURES_ONLY=1 NF_BUILD=build build/cuemu/nf-gpu-tests-emu --only backend --quick
@@ -32,7 +33,7 @@ for f in "$out"/gen/*.cpp "$here/cuemu.cpp"; do
     g++ -O1 -g -std=c++17 -ffp-contract=off $inc -c "$f" -o "$out/$(basename "${f%.cpp}").o"
 done
 echo 'int nf_gpu_test_gemv(int bench) { (void)bench; return 0; }' > "$out/stub.c"
-for f in "$root/tests/gpu/main.c" "$root/tests/gpu/test_backend.c" "$out/stub.c"; do
+for f in "$root/tests/gpu/main.c" "$root/tests/gpu/test_backend.c" "$root/tests/gpu/test_gemm.c" "$out/stub.c"; do
     gcc -O1 -g -std=c11 -D_GNU_SOURCE $inc -c "$f" -o "$out/$(basename "${f%.c}").o"
 done
 g++ -g "$out"/*.o "$root/build/libnf.a" -lm -lpthread -lpcre2-8 -ljansson -o "$out/nf-gpu-tests-emu"

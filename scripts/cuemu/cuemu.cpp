@@ -29,6 +29,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t) { return 0; }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 1; return 0; }
 cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return 0; }
 cudaError_t cudaSetDevice(int) { return 0; }
+cudaError_t cudaGetDevice(int *d) { *d = 0; return 0; }
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int) { *p = (void *)1; return 0; }
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, int, void *) { return 0; }
 cudaError_t cudaGetLastError(void) { return 0; }

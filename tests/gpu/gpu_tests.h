@@ -6,6 +6,10 @@
 /* test_gemv.c: baseline GEMV vs the CPU formats code; bench != 0 adds the bandwidth table. */
 int nf_gpu_test_gemv(int bench);
 
+/* test_gemm.c: the tiled prefill GEMM vs float references for every format, dense, per-head and routed;
+ * bench != 0 adds its timing table. */
+int nf_gpu_test_gemm(int bench);
+
 /* test_backend.c: the CUDA backend vs the CPU backend on every fixture and recipe. quick != 0 runs a small
  * subset (for compute-sanitizer). */
 int nf_gpu_test_backend(int quick);

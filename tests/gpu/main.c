@@ -1,9 +1,9 @@
 /* main.c — the GPU test program (build/cuda/nf-gpu-tests, run by `make gpu-test` on a machine with a GPU).
  *
- *   nf-gpu-tests [--bench] [--quick] [--only gemv|backend]
+ *   nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend]
  *
  * Runs every GPU test file's entry point (gpu_tests.h) and exits non-zero when any check failed. --bench adds
- * the GEMV bandwidth table (CSV to $NF_GEMV_CSV when set); --quick runs a small subset of the backend test
+ * the GEMV bandwidth table (CSV to $NF_GEMV_CSV when set) and the GEMM timing table; --quick runs a small subset of the backend test
  * (for compute-sanitizer, which slows kernels down a lot). */
 #include <stdio.h>
 #include <string.h>
@@ -21,12 +21,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: nf-gpu-tests [--bench] [--quick] [--only gemv|backend]\n");
+            fprintf(stderr, "usage: nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend]\n");
             return 2;
         }
     }
     int failed = 0;
     if (!only || !strcmp(only, "gemv")) failed += nf_gpu_test_gemv(bench);
+    if (!only || !strcmp(only, "gemm")) failed += nf_gpu_test_gemm(bench);
     if (!only || !strcmp(only, "backend")) failed += nf_gpu_test_backend(quick);
     printf("nf-gpu-tests: %s (%d failed checks)\n", failed ? "FAIL" : "PASS", failed);
     return failed ? 1 : 0;

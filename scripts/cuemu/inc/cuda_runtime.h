@@ -11,7 +11,8 @@ typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
 typedef void *cudaMemPool_t;
 typedef enum { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault } cudaMemcpyKind;
-enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2, cudaMemPoolAttrReleaseThreshold = 4 };
+enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2, cudaMemPoolAttrReleaseThreshold = 4,
+       cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -38,11 +39,13 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b);
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int d);
+cudaError_t cudaGetDevice(int *d);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int d);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t p, int attr, void *v);
 cudaError_t cudaGetLastError(void);
 #ifdef __cplusplus
 }
 #include "cuemu_dev.h"
+template <class F> cudaError_t cudaFuncSetAttribute(F, int, int) { return 0; }
 #endif
 #endif

@@ -8,6 +8,9 @@
 #include <functional>
 extern "C" { float nf_f16_to_f32(uint16_t); uint16_t nf_f32_to_f16(float); }
 
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
 struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
 struct cuemu_u3 { unsigned x, y, z; };
 #define __global__
@@ -27,6 +30,7 @@ struct cuemu_block {
     cuemu_u3 bidx;
     std::vector<char> smem;
     double shfl[64][32];
+    uint32_t xchg[64][32][8]; /* per-warp register exchange of the emulated warp-wide instructions */
     const std::function<void()> *body;
 };
 extern cuemu_block *cuemu_B;
@@ -71,3 +75,51 @@ inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f;
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 template <class T> T __ldg(const T *p) { return *p; }
 template <class T> cudaError_t cudaMemcpyToSymbol(T &sym, const void *src, size_t n) { memcpy(&sym, src, n); return 0; }
+inline unsigned __ballot_sync(unsigned, int pred) {
+    auto &f = cuemu_B->f[cuemu_B->cur];
+    int lin = (int)(f.tx + f.ty * cuemu_B->bdim.x), w = lin / 32, lane = lin % 32;
+    cuemu_B->xchg[w][lane][0] = pred != 0;
+    cuemu_wait(2);
+    unsigned m = 0;
+    for (int l = 0; l < 32; l++) m |= (cuemu_B->xchg[w][l][0] & 1u) << l;
+    cuemu_wait(2);
+    return m;
+}
+inline int __popc(unsigned v) { return __builtin_popcount(v); }
+/* Warp-wide tensor-core instructions (PTX ldmatrix.m8n8.x4.b16 and mma.m16n8k16.row.col.f32.bf16.bf16.f32) with
+ * the PTX fragment layouts: every lane publishes its operands, then computes its own results. Every lane of the
+ * warp must call them together, as on the GPU. */
+inline void cuemu_ldmatrix_x4(uint32_t r[4], const void *p) {
+    auto &f = cuemu_B->f[cuemu_B->cur];
+    int lin = (int)(f.tx + f.ty * cuemu_B->bdim.x), w = lin / 32, lane = lin % 32;
+    memcpy(cuemu_B->xchg[w][lane], &p, sizeof p);
+    cuemu_wait(2);
+    for (int i = 0; i < 4; i++) {
+        const uint32_t *row;
+        memcpy(&row, cuemu_B->xchg[w][8 * i + lane / 4], sizeof row);
+        r[i] = row[lane % 4];
+    }
+    cuemu_wait(2);
+}
+inline float cuemu_bf16_at(uint32_t word, int half) { return __uint_as_float(half ? word & 0xFFFF0000u : word << 16); }
+inline void cuemu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+    auto &f = cuemu_B->f[cuemu_B->cur];
+    int lin = (int)(f.tx + f.ty * cuemu_B->bdim.x), w = lin / 32, lane = lin % 32;
+    uint32_t *mine = cuemu_B->xchg[w][lane];
+    for (int i = 0; i < 4; i++) mine[i] = a[i];
+    mine[4] = b[0];
+    mine[5] = b[1];
+    cuemu_wait(2);
+    const int g = lane / 4, t = lane % 4;
+    for (int q = 0; q < 4; q++) {
+        const int row = g + 8 * (q / 2), col = 2 * t + q % 2;
+        float acc = c[q];
+        for (int k = 0; k < 16; k++) {
+            const uint32_t *al = cuemu_B->xchg[w][(row % 8) * 4 + (k % 8) / 2];
+            const uint32_t *bl = cuemu_B->xchg[w][col * 4 + (k % 8) / 2];
+            acc += cuemu_bf16_at(al[row / 8 + 2 * (k / 8)], k % 2) * cuemu_bf16_at(bl[4 + k / 8], k % 2);
+        }
+        c[q] = acc;
+    }
+    cuemu_wait(2);
+}
