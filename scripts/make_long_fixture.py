@@ -96,6 +96,9 @@ def main():
     fx = dict(seed=a.seed, text=dict(mlp_layer_types=["dense"] * 8), seq_len=a.seq, split=a.seq // 2, perturb=False)
     cfg = mf.build_config(fx)
     tcfg = cfg.text_config
+    # The MLA layer type's spelling changed across transformers releases ("deepseek_sparse_attention" in 5.17,
+    # "indexed_attention" in 5.24): take it from this config so the probe finds the layers.
+    mf.MLA = next(t for t in tcfg.layer_types if t != mf.KDA)
     gen = torch.Generator().manual_seed(a.seed + 1)
     ids = torch.randint(0, tcfg.pad_token_id, (1, a.seq), generator=gen)
 
