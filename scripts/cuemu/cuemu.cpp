@@ -33,6 +33,17 @@ cudaError_t cudaGetDevice(int *d) { *d = 0; return 0; }
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int) { *p = (void *)1; return 0; }
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, int, void *) { return 0; }
 cudaError_t cudaGetLastError(void) { return 0; }
+cudaError_t cudaDeviceGetAttribute(int *v, int attr, int) {
+    *v = attr == cudaDevAttrMultiProcessorCount ? 4 : 227 * 1024;
+    return 0;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = (void *)1; return 0; }
+cudaError_t cudaStreamBeginCapture(cudaStream_t, int) { return 0; }
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g) { *g = (void *)1; return 0; }
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t, unsigned long long) { *e = (void *)1; return 0; }
+cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) { return 0; }
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t) { return 0; }
+cudaError_t cudaGraphDestroy(cudaGraph_t) { return 0; }
 }
 static void trampoline() {
     (*cuemu_B->body)();

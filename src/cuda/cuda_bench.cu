@@ -5,13 +5,15 @@
  * the access pattern of a well-written weight-streaming GEMV without its arithmetic. The loaded words are folded
  * into one value that is written only when it equals an impossible sentinel, so the loads stay live and the
  * kernel writes (almost) nothing. Each launch is timed with its own pair of events; the median launch is the
- * figure (robust to one slow launch), the fastest is reported beside it. */
+ * figure (robust to one slow launch), the fastest is reported beside it. nf_cuda_read_launch issues the same
+ * kernel over any window, for micro-benchmarks that time a read of exactly what a kernel under test reads. */
 extern "C" {
 #include "cuda/cuda_bench.h"
 #include "util/error.h"
 }
 
 #include <cuda_runtime.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,16 @@ static __global__ void read_kernel(const uint4 *__restrict__ p, size_t n, unsign
         acc ^= a.x ^ a.y ^ a.z ^ a.w;
     }
     if (acc == 0x9e3779b9u) atomicAdd(sink, 1u);
+}
+
+extern "C" int nf_cuda_read_launch(const void *p, size_t bytes, unsigned *sink, void *stream) {
+    if (bytes % 16 || (uintptr_t)p % 16) return nf_fail("read launch: %zu bytes at %p are not whole 16-byte units", bytes, p);
+    int device = 0, sms = 0;
+    CU_OK(cudaGetDevice(&device));
+    CU_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    read_kernel<<<sms * 4, 512, 0, (cudaStream_t)stream>>>((const uint4 *)p, bytes / 16, sink);
+    CU_OK(cudaGetLastError());
+    return 0;
 }
 
 static int cmp_double(const void *a, const void *b) {

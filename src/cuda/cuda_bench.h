@@ -21,6 +21,9 @@ int nf_cuda_device_sync(int device);
 /* Stream `bytes` of device memory through a read kernel `passes` times after warm-up launches, each launch timed
  * with CUDA events; out->gbps is the median launch. 0, or -1 with nf_error() (out of memory, no device). */
 int nf_cuda_read_bandwidth(int device, size_t bytes, int passes, nf_bw_probe *out);
+/* Launch the probe's read kernel once over `bytes` (a multiple of 16) at the 16-byte-aligned device address p on
+ * `stream` (a cudaStream_t; NULL: the default stream); sink is one device word. 0, or -1 with nf_error(). */
+int nf_cuda_read_launch(const void *p, size_t bytes, unsigned *sink, void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,14 +1,38 @@
-/* cuda_gemv.cu — baseline GEMV kernels for every stored weight format (see cuda_gemv.h).
+/* cuda_gemv.cu — decode products (cuda_gemv.h): each weight byte streamed once through shared memory, the f32
+ * activation held in registers, f32 accumulation.
  *
- * Work split: one warp per output row; the row is cut into 32-element chunks (a Q8_0 block, a K-quant
- * sub-block, an IQ2_XXS 32-group) and lane l takes chunks l, l+32, ... so consecutive lanes read neighbouring
- * bytes. Each chunk is decoded to f32 in registers and dotted with x (read through the read-only cache), the
- * warp reduces with shuffles. The block layouts are ggml's (docs/gguf.md, "Tensor formats"). */
+ * Streaming kernel gemv_stream<TY, R>. A row of the matrix is cut into `units` (a fixed set of columns per format:
+ * 8 interleaved 16-byte chunks of f32/f16/bf16, a pair of Q8_0 blocks, a 64-value quarter of a Q4_K/Q6_K/Q2_K
+ * block, a 32-value IQ2_XXS group); thread u of a row group owns unit u of every row, so it loads its activation
+ * values once and keeps them in registers for all the rows it meets. A CTA holds G row groups; it walks batches
+ * of G*R consecutive rows (one contiguous byte range), copied into shared memory with 16-byte cp.async in a
+ * 4-stage pipeline (3 batches in flight while one is decoded), so the global loads are fully coalesced whatever
+ * the block size and alignment of the format. Every thread then reads its unit of R rows from shared memory,
+ * decodes it in registers and accumulates R partial sums; a warp reduces them by a transposing butterfly (one
+ * row per lane group), the warps of a row group add theirs in a fixed order. A persistent grid (about one wave
+ * of CTAs) takes batches round-robin; a job of several vectors/matrices is one launch with blockIdx.y = problem.
+ * The per-row summation order depends only on (format, row length), not on the grid, batch size or nvec.
+ *
+ * Arithmetic (why it is dequantize-then-dot): every dequantized weight of these formats is a block scale times a
+ * small integer code (minus a scaled min), and those products are exact in f32 (d*sc*q has at most 21
+ * significant bits for Q8_0, Q4_K, Q2_K, IQ2_XXS). So sum_e w_e x_e = d*sc * sum q_e x_e - dmin*m * sum x_e in
+ * real arithmetic, and the kernels sum the codes against x and apply each scale once per sub-block; only the
+ * rounding of partial sums differs from the CPU, except for the rare weight nf_dequantize itself rounds (Q6_K's
+ * d*sc*(q-32) can need 25 bits; Q4_K/Q2_K's d*sc*q - dmin*m when the two exponents are far apart): there the
+ * kernel uses the exact value, one ulp away. Codes of 2 and 4 bits are turned into floats by one AND: code bits left in the mantissa of a zero-exponent
+ * word are the denormal q * 2^(pos-149), and the activation is stored pre-multiplied by 2^(149-pos-E) (E: a
+ * per-thread exponent from its largest |x|, undone once per row), so one FFMA multiplies q by x exactly as a
+ * float q would. This needs denormals honoured (no --use_fast_math / -ftz=true). Signed 8-bit and 6-bit codes go
+ * through the 2^23 magic number (byte_perm + one FADD, exact).
+ *
+ * Shapes the streaming kernel does not take (nf_cuda_gemv_streams) run on gemv_plain: one warp per row, lane l
+ * owns blocks l, l+32, ..., activations read through the cache. */
 #include "cuda/cuda_gemv.h"
 
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
+#include <string.h>
 
 /* The formats table, the IQ2_XXS tables (src/formats/iq2_tables.c) and the error helper are C. */
 extern "C" {
@@ -19,243 +43,771 @@ extern const uint8_t nf_iq2_ksigns[128];
 int nf_fail(const char *fmt, ...);
 }
 
-#define WARPS_PER_BLOCK 4
+#ifdef __USE_FAST_MATH__
+#error "cuda_gemv.cu decodes codes as f32 denormals: build it without --use_fast_math (no flush to zero)"
+#endif
 
-__constant__ uint64_t d_iq2xxs_grid[256];
-__constant__ uint8_t d_iq2_signs[128];
+#define GEMV_STAGES 4              /* shared-memory stages of the streaming pipeline */
+#define GEMV_MAX_THREADS 512       /* per CTA (launch bound: up to 128 registers per thread) */
+#define GEMV_STAGE_TARGET 12288    /* bytes of one batch, when rows are short enough */
+#define GEMV_STAGE_MAX 50176       /* longest batch (one row group of one row) the streaming kernel takes */
+#define GEMV_TABLE_BYTES 2176      /* IQ2_XXS grid (2048) + signs (128), copied to shared memory per CTA */
 
-__device__ __forceinline__ float f16_at(const uint8_t *p) {
-    __half h;
-    memcpy(&h, p, 2);
-    return __half2float(h);
+__device__ uint64_t g_iq2_grid[256];
+__device__ uint8_t g_iq2_signs[128];
+
+/* ---- scalar helpers ---- */
+
+/* 2^k for -126 <= k <= 127 */
+__device__ __forceinline__ float pow2f(int k) { return __uint_as_float((uint32_t)(k + 127) << 23); }
+/* v * 2^k, exact while the result is a normal float; -252 <= k <= 254 */
+__device__ __forceinline__ float ldexp2(float v, int k) {
+    const int a = k / 2;
+    return v * pow2f(a) * pow2f(k - a);
+}
+/* E for the denormal code trick: |x| * 2^(149 - E) < 2^127 for every |x| <= amax (amax >= 0 or nan) */
+__device__ __forceinline__ int code_exp(float amax) {
+    const int ex = (int)(__float_as_uint(amax) >> 23);
+    return (ex == 0 ? -126 : ex - 126) + 22;
+}
+__device__ __forceinline__ float h2f(uint32_t bits) { return __half2float(__ushort_as_half((unsigned short)(bits & 0xffffu))); }
+/* byte k of w as the float 2^23 + byte, minus bias */
+template <int K> __device__ __forceinline__ float byte_f(uint32_t w, float bias) {
+    return __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650 + K)) - bias;
+}
+#define MAGIC_U8 8388608.0f         /* 2^23: byte value */
+#define MAGIC_S8 8388736.0f         /* 2^23 + 128: (q ^ 0x80) -> q */
+#define MAGIC_Q6 8388640.0f         /* 2^23 + 32: q6 -> q6 - 32 */
+__device__ __forceinline__ float bits_f(uint32_t b) { return __uint_as_float(b); }
+/* 32 bits at a 2-byte-aligned shared address p, as 16-bit halves of the aligned words around it (odd = p % 4 != 0) */
+__device__ __forceinline__ uint32_t ld32_at(const uint8_t *p4, int i, int sh) {
+    const uint32_t *w = (const uint32_t *)p4;
+    return __funnelshift_r(w[i], w[i + 1], sh);
 }
 
-/* ---- per-format dot of chunk `c` (32 elements) of a row with x[32*c ...] ---- */
+/* ---- units: what one thread decodes of one row ---- */
+template <int TY> struct unit;
 
-template <int T> struct fmt;
+template <> struct unit<NF_TYPE_F32> {
+    /* 8 chunks of 4 columns: chunk j is u + j*units (consecutive threads read consecutive 16 bytes) */
+    static constexpr int COLS = 32;
+    float X[32];
+    int off, stride;
+    __device__ void init(const float *x, int u, int units) {
+        off = 16 * u;
+        stride = 16 * units;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) X[4 * j + i] = x[4 * (u + j * units) + i];
+    }
+    __device__ float dot(const uint8_t *row, const uint8_t *) const {
+        float a[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint4 w = *(const uint4 *)(row + off + j * stride);
+            float &s = a[j & 3];
+            s = fmaf(bits_f(w.x), X[4 * j], s);
+            s = fmaf(bits_f(w.y), X[4 * j + 1], s);
+            s = fmaf(bits_f(w.z), X[4 * j + 2], s);
+            s = fmaf(bits_f(w.w), X[4 * j + 3], s);
+        }
+        return (a[0] + a[1]) + (a[2] + a[3]);
+    }
+};
 
-template <> struct fmt<NF_TYPE_F32> {
-    static __device__ __forceinline__ float chunk(const uint8_t *row, int c, const float *x) {
-        const float4 *w = (const float4 *)(row + (size_t)c * 128);
-        const float4 *xv = (const float4 *)(x + 32 * c);
-        float s = 0.f;
+/* f16 / bf16: 8 chunks of 8 columns, chunk j is u + j*units */
+template <int TY> struct unit_half {
+    static constexpr int COLS = 64;
+    float X[64];
+    int off, stride;
+    __device__ void init(const float *x, int u, int units) {
+        off = 16 * u;
+        stride = 16 * units;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) X[8 * j + i] = x[8 * (u + j * units) + i];
+    }
+    static __device__ __forceinline__ float lo(uint32_t w) {
+        if constexpr (TY == NF_TYPE_BF16) return __uint_as_float(w << 16);
+        else return h2f(w);
+    }
+    static __device__ __forceinline__ float hi(uint32_t w) {
+        if constexpr (TY == NF_TYPE_BF16) return __uint_as_float(w & 0xffff0000u);
+        else return h2f(w >> 16);
+    }
+    __device__ float dot(const uint8_t *row, const uint8_t *) const {
+        float a[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint4 w = *(const uint4 *)(row + off + j * stride);
+            const uint32_t v[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float &s = a[k];
+                s = fmaf(lo(v[k]), X[8 * j + 2 * k], s);
+                s = fmaf(hi(v[k]), X[8 * j + 2 * k + 1], s);
+            }
+        }
+        return (a[0] + a[1]) + (a[2] + a[3]);
+    }
+};
+template <> struct unit<NF_TYPE_F16> : unit_half<NF_TYPE_F16> {};
+template <> struct unit<NF_TYPE_BF16> : unit_half<NF_TYPE_BF16> {};
+
+template <> struct unit<NF_TYPE_Q8_0> {
+    /* blocks 2u and 2u+1: 68 bytes = 17 aligned words (f16 d, 32 x i8; f16 d, 32 x i8) */
+    static constexpr int COLS = 64;
+    float X[64];
+    int off;
+    __device__ void init(const float *x, int u, int) {
+        off = 68 * u;
+#pragma unroll
+        for (int i = 0; i < 64; i++) X[i] = x[64 * u + i];
+    }
+    /* the 4 bytes of word w hold values e .. e+3 */
+    template <int E0, int K0, int K1>
+    __device__ __forceinline__ void word(uint32_t w, float &s0, float &s1) const {
+        const uint32_t t = w ^ 0x80808080u;
+        if constexpr (K0 <= 0 && K1 >= 0) s0 = fmaf(byte_f<0>(t, MAGIC_S8), X[E0], s0);
+        if constexpr (K0 <= 1 && K1 >= 1) s1 = fmaf(byte_f<1>(t, MAGIC_S8), X[E0 + 1], s1);
+        if constexpr (K0 <= 2 && K1 >= 2) s0 = fmaf(byte_f<2>(t, MAGIC_S8), X[E0 + 2], s0);
+        if constexpr (K0 <= 3 && K1 >= 3) s1 = fmaf(byte_f<3>(t, MAGIC_S8), X[E0 + 3], s1);
+    }
+    __device__ float dot(const uint8_t *row, const uint8_t *) const {
+        const uint32_t *p = (const uint32_t *)(row + off);
+        uint32_t w[17];
+#pragma unroll
+        for (int i = 0; i < 17; i++) w[i] = p[i];
+        float a0 = 0.f, a1 = 0.f, b0 = 0.f, b1 = 0.f;
+        word<-2, 2, 3>(w[0], a0, a1);   /* bytes 2, 3: values 0, 1 */
+        word<2, 0, 3>(w[1], a0, a1);
+        word<6, 0, 3>(w[2], a0, a1);
+        word<10, 0, 3>(w[3], a0, a1);
+        word<14, 0, 3>(w[4], a0, a1);
+        word<18, 0, 3>(w[5], a0, a1);
+        word<22, 0, 3>(w[6], a0, a1);
+        word<26, 0, 3>(w[7], a0, a1);
+        word<30, 0, 1>(w[8], a0, a1);   /* bytes 0, 1: values 30, 31; bytes 2, 3: the next d */
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            float4 a = __ldg(w + i), b = __ldg(xv + i);
-            s += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+            const uint32_t t = w[9 + i] ^ 0x80808080u;
+            b0 = fmaf(byte_f<0>(t, MAGIC_S8), X[32 + 4 * i], b0);
+            b1 = fmaf(byte_f<1>(t, MAGIC_S8), X[33 + 4 * i], b1);
+            b0 = fmaf(byte_f<2>(t, MAGIC_S8), X[34 + 4 * i], b0);
+            b1 = fmaf(byte_f<3>(t, MAGIC_S8), X[35 + 4 * i], b1);
         }
-        return s;
+        return fmaf(h2f(w[0]), a0 + a1, h2f(w[8] >> 16) * (b0 + b1));
     }
 };
 
-template <> struct fmt<NF_TYPE_F16> {
-    static __device__ __forceinline__ float chunk(const uint8_t *row, int c, const float *x) {
-        const uint4 *w = (const uint4 *)(row + (size_t)c * 64);
-        float s = 0.f;
+template <> struct unit<NF_TYPE_Q4_K> {
+    /* block u/4 (144 bytes: f16 d, f16 dmin, 12 scale bytes, 128 qs), pair p = u%4: qs[32p .. 32p+31], low
+     * nibbles are values 64p + l (sub-block 2p), high nibbles 64p + 32 + l (sub-block 2p+1). Codes as denormals:
+     * word w of the qs gives bytes 0,1 from w and bytes 2,3 from w >> 16, low nibble at bit 0 or 8, high at 4 or 12. */
+    static constexpr int COLS = 64;
+    float XL[32], XH[32];
+    float sum_lo, sum_hi, pw0, pw1;
+    int off, p;
+    __device__ void init(const float *x, int u, int) {
+        const int b = u >> 2;
+        p = u & 3;
+        off = 144 * b;
+        const float *xs = x + 256 * b + 64 * p;
+        float amax = 0.f;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint4 v = __ldg(w + i);
-            const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float2 f = __half22float2(h[k]);
-                s += f.x * __ldg(x + 32 * c + 8 * i + 2 * k) + f.y * __ldg(x + 32 * c + 8 * i + 2 * k + 1);
-            }
-        }
-        return s;
-    }
-};
-
-template <> struct fmt<NF_TYPE_BF16> {
-    static __device__ __forceinline__ float chunk(const uint8_t *row, int c, const float *x) {
-        const uint4 *w = (const uint4 *)(row + (size_t)c * 64);
-        float s = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            uint4 v = __ldg(w + i);
-            const uint32_t *u = (const uint32_t *)&v;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float lo = __uint_as_float(u[k] << 16), hi = __uint_as_float(u[k] & 0xffff0000u);
-                s += lo * __ldg(x + 32 * c + 8 * i + 2 * k) + hi * __ldg(x + 32 * c + 8 * i + 2 * k + 1);
-            }
-        }
-        return s;
-    }
-};
-
-template <> struct fmt<NF_TYPE_Q8_0> {
-    /* block: f16 d, int8 qs[32] (34 bytes: only 2-byte aligned) */
-    static __device__ __forceinline__ float chunk(const uint8_t *row, int c, const float *x) {
-        const uint8_t *b = row + (size_t)c * 34;
-        const float *xs = x + 32 * c;
-        float s = 0.f;
-#pragma unroll
-        for (int i = 0; i < 16; i++) {
-            uint16_t v = *(const uint16_t *)(b + 2 + 2 * i);
-            s += (float)(int8_t)(v & 0xff) * __ldg(xs + 2 * i) + (float)(int8_t)(v >> 8) * __ldg(xs + 2 * i + 1);
-        }
-        return s * f16_at(b);
-    }
-};
-
-__device__ __forceinline__ void q4k_scale_min(int j, const uint8_t *q, int &sc, int &m) {
-    if (j < 4) {
-        sc = q[j] & 63;
-        m = q[j + 4] & 63;
-    } else {
-        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-template <> struct fmt<NF_TYPE_Q4_K> {
-    /* block (256): f16 d, f16 dmin, u8 scales[12], u8 qs[128]; sub-block j uses the low (j even) or high
-     * (j odd) nibbles of qs[32*(j/2) ...]. */
-    static __device__ __forceinline__ float chunk(const uint8_t *row, int c, const float *x) {
-        const uint8_t *b = row + (size_t)(c >> 3) * 144;
-        int j = c & 7, sc, m;
-        q4k_scale_min(j, b + 4, sc, m);
-        const uint4 *qs = (const uint4 *)(b + 16 + 32 * (j >> 1));
-        const int shift = (j & 1) * 4;
-        const float *xs = x + 32 * c;
-        float s = 0.f, sx = 0.f;
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            uint4 v = qs[i];
-            const uint8_t *q = (const uint8_t *)&v;
-#pragma unroll
-            for (int k = 0; k < 16; k++) {
-                float xv = __ldg(xs + 16 * i + k);
-                s += (float)((q[k] >> shift) & 0xF) * xv;
-                sx += xv;
-            }
-        }
-        return f16_at(b) * sc * s - f16_at(b + 2) * m * sx;
-    }
-};
-
-template <> struct fmt<NF_TYPE_Q6_K> {
-    /* block (256): u8 ql[128], u8 qh[64], i8 scales[16], f16 d. Chunk j: half n = j/4, quarter k = j%4. */
-    static __device__ __forceinline__ float chunk(const uint8_t *row, int c, const float *x) {
-        const uint8_t *b = row + (size_t)(c >> 3) * 210;
-        const int j = c & 7, n = j >> 2, k = j & 3;
-        const uint8_t *ql = b + 64 * n + 32 * (k & 1);
-        const uint8_t *qh = b + 128 + 32 * n;
-        const int8_t *sc = (const int8_t *)(b + 192) + 8 * n + 2 * k;
-        const int lshift = (k >> 1) * 4, hshift = 2 * k;
-        const float *xs = x + 32 * c;
-        float s0 = 0.f, s1 = 0.f;
+        for (int l = 0; l < 64; l++) amax = fmaxf(amax, fabsf(xs[l]));
+        const int E = code_exp(amax);
+        pw0 = pow2f(E / 2);
+        pw1 = pow2f(E - E / 2);
+        sum_lo = 0.f;
+        sum_hi = 0.f;
 #pragma unroll
         for (int l = 0; l < 32; l++) {
-            int q = ((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4);
-            float v = (float)(q - 32) * __ldg(xs + l);
-            if (l < 16) s0 += v; else s1 += v;
+            XL[l] = ldexp2(xs[l], 149 - 8 * (l & 1) - E);
+            XH[l] = ldexp2(xs[32 + l], 149 - 8 * (l & 1) - 4 - E);
+            sum_lo += xs[l];
+            sum_hi += xs[32 + l];
         }
-        return f16_at(b + 208) * (sc[0] * s0 + sc[1] * s1);
+    }
+    __device__ float dot(const uint8_t *row, const uint8_t *) const {
+        const uint8_t *blk = row + off;
+        const uint4 hd = *(const uint4 *)blk;
+        const uint4 q0 = *(const uint4 *)(blk + 16 + 32 * p), q1 = *(const uint4 *)(blk + 32 + 32 * p);
+        const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        float l0 = 0.f, l1 = 0.f, h0 = 0.f, h1 = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const uint32_t w = q[i], ws = w >> 16;
+            l0 = fmaf(bits_f(w & 0xFu), XL[4 * i], l0);
+            h0 = fmaf(bits_f(w & 0xF0u), XH[4 * i], h0);
+            l1 = fmaf(bits_f(w & 0xF00u), XL[4 * i + 1], l1);
+            h1 = fmaf(bits_f(w & 0xF000u), XH[4 * i + 1], h1);
+            l0 = fmaf(bits_f(ws & 0xFu), XL[4 * i + 2], l0);
+            h0 = fmaf(bits_f(ws & 0xF0u), XH[4 * i + 2], h0);
+            l1 = fmaf(bits_f(ws & 0xF00u), XL[4 * i + 3], l1);
+            h1 = fmaf(bits_f(ws & 0xF000u), XH[4 * i + 3], h1);
+        }
+        /* 6-bit scales and mins of sub-blocks 2p, 2p+1 (ggml's get_scale_min_k4), as two bytes of a half word */
+        const int hi_case = p >= 2, sh = 16 * (p & 1);
+        const uint32_t A = (hi_case ? hd.z : hd.y) >> sh, B = (hi_case ? hd.w : hd.z) >> sh, C = hd.y >> sh;
+        const uint32_t sc = hi_case ? ((B & 0x0F0Fu) | ((C >> 2) & 0x3030u)) : (A & 0x3F3Fu);
+        const uint32_t mn = hi_case ? (((B >> 4) & 0x0F0Fu) | ((A >> 2) & 0x3030u)) : (B & 0x3F3Fu);
+        const float P = fmaf((float)(sc & 0xFFu), l0 + l1, (float)((sc >> 8) & 0xFFu) * (h0 + h1));
+        const float M = fmaf((float)(mn & 0xFFu), sum_lo, (float)((mn >> 8) & 0xFFu) * sum_hi);
+        return fmaf(-h2f(hd.x >> 16), M, h2f(hd.x) * P * pw0 * pw1);
     }
 };
 
-template <> struct fmt<NF_TYPE_Q2_K> {
-    /* block (256): u8 scales[16], u8 qs[64], f16 d, f16 dmin. Chunk j: half n = j/4, shift 2*(j%4);
-     * its two 16-element halves use scales[8n + 2(j%4)] and the next one (low nibble scale, high nibble min). */
-    static __device__ __forceinline__ float chunk(const uint8_t *row, int c, const float *x) {
-        const uint8_t *b = row + (size_t)(c >> 3) * 84;
-        const int j = c & 7, n = j >> 2, shift = 2 * (j & 3);
-        const uint8_t *q = b + 16 + 32 * n;
-        const uint8_t s0 = b[8 * n + 2 * (j & 3)], s1 = b[8 * n + 2 * (j & 3) + 1];
-        const float *xs = x + 32 * c;
-        float a0 = 0.f, a1 = 0.f, x0 = 0.f, x1 = 0.f;
+template <> struct unit<NF_TYPE_Q6_K> {
+    /* block u/4 (210 bytes: ql[128], qh[64], i8 scales[16], f16 d), half n = (u/2)%2, h = u%2: values
+     * 128n + 32qq + 16h + i (qq < 4, i < 16) from ql[64n + 16h + i] (qq 0 low, 2 high nibble),
+     * ql[64n + 32 + 16h + i] (qq 1, 3), qh[32n + 16h + i] bits 2qq; scale of (qq) scales[8n + 2qq + h].
+     * Blocks are 2-byte aligned: odd blocks read through funnel shifts of the aligned words. */
+    static constexpr int COLS = 64;
+    float X[64];
+    int base, sh, n, h;
+    __device__ void init(const float *x, int u, int) {
+        const int b = u >> 2;
+        n = (u >> 1) & 1;
+        h = u & 1;
+        sh = 16 * (b & 1);
+        base = 210 * b - 2 * (b & 1); /* the aligned word at or 2 bytes before the block */
+        const float *xs = x + 256 * b + 128 * n + 16 * h;
 #pragma unroll
-        for (int l = 0; l < 16; l++) {
-            float xv0 = __ldg(xs + l), xv1 = __ldg(xs + 16 + l);
-            a0 += (float)((q[l] >> shift) & 3) * xv0;
-            a1 += (float)((q[l + 16] >> shift) & 3) * xv1;
-            x0 += xv0;
-            x1 += xv1;
-        }
-        const float d = f16_at(b + 80), dmin = f16_at(b + 82);
-        return d * ((s0 & 0xF) * a0 + (s1 & 0xF) * a1) - dmin * ((s0 >> 4) * x0 + (s1 >> 4) * x1);
+        for (int qq = 0; qq < 4; qq++)
+#pragma unroll
+            for (int i = 0; i < 16; i++) X[16 * qq + i] = xs[32 * qq + i];
     }
-};
-
-template <> struct fmt<NF_TYPE_IQ2_XXS> {
-    /* block (256): f16 d, u16 qs[32]. Group g (32 values) = 8 bytes: 4 grid indices, then a u32 whose top 4
-     * bits are the scale and whose 4 x 7 low bits index the sign patterns. */
-    static __device__ __forceinline__ float chunk(const uint8_t *row, int c, const float *x) {
-        const uint8_t *b = row + (size_t)(c >> 3) * 66;
-        const int g = c & 7;
-        const uint16_t *q16 = (const uint16_t *)(b + 2 + 8 * g);
-        const uint32_t idx = (uint32_t)q16[0] | ((uint32_t)q16[1] << 16);
-        const uint32_t aux = (uint32_t)q16[2] | ((uint32_t)q16[3] << 16);
-        const float db = f16_at(b) * (0.5f + (float)(aux >> 28)) * 0.25f;
-        const float *xs = x + 32 * c;
-        float s = 0.f;
+    __device__ float dot(const uint8_t *row, const uint8_t *) const {
+        const uint8_t *blk = row + base; /* 4-byte aligned, 0 or 2 bytes before the block */
+        const uint8_t *pa = blk + 64 * n + 16 * h, *pb = pa + 32, *ph = blk + 128 + 32 * n + 16 * h;
+        const uint8_t *ps = blk + 192 + 8 * n;
+        uint32_t A[4], B[4], H[4];
 #pragma unroll
-        for (int l = 0; l < 4; l++) {
-            const uint64_t grid = d_iq2xxs_grid[(idx >> (8 * l)) & 0xff];
-            const uint8_t signs = d_iq2_signs[(aux >> (7 * l)) & 127];
+        for (int i = 0; i < 4; i++) {
+            A[i] = ld32_at(pa, i, sh);
+            B[i] = ld32_at(pb, i, sh);
+            H[i] = ld32_at(ph, i, sh);
+        }
+        const uint32_t s01 = ld32_at(ps, 0, sh), s23 = ld32_at(ps, 1, sh);
+        const uint32_t dw = *(const uint16_t *)(blk + 208 + sh / 8);
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float w = (float)((grid >> (8 * k)) & 0xff);
-                s += ((signs >> k) & 1 ? -w : w) * __ldg(xs + 8 * l + k);
+        for (int i = 0; i < 4; i++) {
+            const uint32_t Q[4] = {(A[i] & 0x0F0F0F0Fu) | ((H[i] << 4) & 0x30303030u),
+                                   (B[i] & 0x0F0F0F0Fu) | ((H[i] << 2) & 0x30303030u),
+                                   ((A[i] >> 4) & 0x0F0F0F0Fu) | (H[i] & 0x30303030u),
+                                   ((B[i] >> 4) & 0x0F0F0F0Fu) | ((H[i] >> 2) & 0x30303030u)};
+#pragma unroll
+            for (int qq = 0; qq < 4; qq++) {
+                float &s = acc[qq];
+                s = fmaf(byte_f<0>(Q[qq], MAGIC_Q6), X[16 * qq + 4 * i], s);
+                s = fmaf(byte_f<1>(Q[qq], MAGIC_Q6), X[16 * qq + 4 * i + 1], s);
+                s = fmaf(byte_f<2>(Q[qq], MAGIC_Q6), X[16 * qq + 4 * i + 2], s);
+                s = fmaf(byte_f<3>(Q[qq], MAGIC_Q6), X[16 * qq + 4 * i + 3], s);
             }
         }
-        return db * s;
+        /* scales[8n + 2qq + h]: bytes h and 2+h of s01 (qq 0, 1), of s23 (qq 2, 3) */
+        const int b0 = 8 * h, b1 = 16 + 8 * h;
+        float r = (float)(int8_t)(s01 >> b0) * acc[0];
+        r = fmaf((float)(int8_t)(s01 >> b1), acc[1], r);
+        r = fmaf((float)(int8_t)(s23 >> b0), acc[2], r);
+        r = fmaf((float)(int8_t)(s23 >> b1), acc[3], r);
+        return h2f(dw) * r;
     }
 };
 
-template <int T>
-__global__ void gemv_kernel(const uint8_t *__restrict__ w, const float *__restrict__ x, float *__restrict__ y,
-                            int64_t rows, int chunks, size_t row_bytes) {
-    const int64_t r = (int64_t)blockIdx.x * WARPS_PER_BLOCK + threadIdx.y;
-    if (r >= rows) return;
-    const uint8_t *row = w + (size_t)r * row_bytes;
+template <> struct unit<NF_TYPE_Q2_K> {
+    /* block u/4 (84 bytes: scales[16], qs[64], f16 d, f16 dmin), half n = (u/2)%2, h = u%2: values
+     * 128n + 32k + 16h + i (bit pair k < 4, i < 16) from qs[32n + 16h + i] >> 2k; sub-block (k) has scale byte
+     * scales[8n + 2k + h] (low nibble scale, high nibble min). Codes as denormals: bytes 0,1 of a qs word from
+     * w, bytes 2,3 from w >> 16, at bit 2k or 8 + 2k; the mins likewise from the gathered scale word. */
+    static constexpr int COLS = 64;
+    float X[64], XS[4];
+    float pw0, pw1;
+    int blk, n, h;
+    __device__ void init(const float *x, int u, int) {
+        const int b = u >> 2;
+        n = (u >> 1) & 1;
+        h = u & 1;
+        blk = 84 * b;
+        const float *xs = x + 256 * b + 128 * n + 16 * h;
+        float amax = 0.f;
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+#pragma unroll
+            for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(xs[32 * k + i]));
+        const int E = code_exp(amax);
+        pw0 = pow2f(E / 2);
+        pw1 = pow2f(E - E / 2);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float s = 0.f;
+#pragma unroll
+            for (int i = 0; i < 16; i++) {
+                X[16 * k + i] = ldexp2(xs[32 * k + i], 149 - 2 * k - 8 * (i & 1) - E);
+                s += xs[32 * k + i];
+            }
+            XS[k] = ldexp2(s, 149 - 4 - 8 * (k & 1) - E);
+        }
+    }
+    __device__ float dot(const uint8_t *row, const uint8_t *) const {
+        const uint8_t *b = row + blk;
+        const uint32_t *q = (const uint32_t *)(b + 16 + 32 * n + 16 * h);
+        const uint32_t *sp = (const uint32_t *)(b + 8 * n);
+        const uint32_t s0 = sp[0], s1 = sp[1], dd = *(const uint32_t *)(b + 80);
+        float a[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint32_t w = q[j], ws = w >> 16;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float &s = a[k];
+                s = fmaf(bits_f(w & (3u << (2 * k))), X[16 * k + 4 * j], s);
+                s = fmaf(bits_f(w & (3u << (8 + 2 * k))), X[16 * k + 4 * j + 1], s);
+                s = fmaf(bits_f(ws & (3u << (2 * k))), X[16 * k + 4 * j + 2], s);
+                s = fmaf(bits_f(ws & (3u << (8 + 2 * k))), X[16 * k + 4 * j + 3], s);
+            }
+        }
+        /* scale bytes of k = 0..3: scales[8n + h], [8n + 2 + h], [8n + 4 + h], [8n + 6 + h] */
+        const uint32_t G = __byte_perm(s0, s1, h ? 0x7531 : 0x6420), Gs = G >> 16;
+        const uint32_t sc = G & 0x0F0F0F0Fu;
+        float P = byte_f<0>(sc, MAGIC_U8) * a[0];
+        P = fmaf(byte_f<1>(sc, MAGIC_U8), a[1], P);
+        P = fmaf(byte_f<2>(sc, MAGIC_U8), a[2], P);
+        P = fmaf(byte_f<3>(sc, MAGIC_U8), a[3], P);
+        float M = bits_f(G & 0xF0u) * XS[0];
+        M = fmaf(bits_f(G & 0xF000u), XS[1], M);
+        M = fmaf(bits_f(Gs & 0xF0u), XS[2], M);
+        M = fmaf(bits_f(Gs & 0xF000u), XS[3], M);
+        return fmaf(h2f(dd), P, -h2f(dd >> 16) * M) * pw0 * pw1;
+    }
+};
+
+template <> struct unit<NF_TYPE_IQ2_XXS> {
+    /* block u/8 (66 bytes: f16 d, 8 groups of 8 bytes), group g = u%8 (values 32g .. 32g+31): a u32 of four grid
+     * indices, a u32 of four 7-bit sign indices (top 4 bits: scale s, db = d * (0.5 + s) / 4). Grid bytes (8, 25
+     * or 43) as denormals with the sign placed in bit 31: bytes 0..2 of a grid word at bit 8k, byte 3 from
+     * word >> 8 at bit 16. */
+    static constexpr int COLS = 32;
+    float X[32];
+    float pw0, pw1;
+    int blk, base, sh;
+    __device__ void init(const float *x, int u, int) {
+        const int b = u >> 3, g = u & 7;
+        const int odd = !(b & 1); /* group bytes start at 66b + 2 + 8g: 4-aligned for odd b */
+        sh = 16 * odd;
+        blk = 66 * b;
+        base = blk + 2 + 8 * g - 2 * odd;
+        const float *xs = x + 256 * b + 32 * g;
+        float amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xs[i]));
+        const int E = code_exp(amax);
+        pw0 = pow2f(E / 2);
+        pw1 = pow2f(E - E / 2);
+#pragma unroll
+        for (int i = 0; i < 32; i++) X[i] = ldexp2(xs[i], 149 - ((i & 3) == 3 ? 16 : 8 * (i & 3)) - E);
+    }
+    __device__ float dot(const uint8_t *row, const uint8_t *tab) const {
+        const uint8_t *p = row + base;
+        const uint32_t idx = ld32_at(p, 0, sh), aux = ld32_at(p, 1, sh);
+        const uint32_t dbits = *(const uint16_t *)(row + blk);
+        const uint64_t *grid = (const uint64_t *)tab;
+        const uint8_t *signs = tab + 2048;
+        float acc[4];
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            const uint2 gv = *(const uint2 *)(grid + __byte_perm(idx, 0, 0x4440 + l));
+            const uint32_t s = signs[(aux >> (7 * l)) & 127];
+            float a = 0.f;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const uint32_t gw = k < 4 ? gv.x : gv.y;
+                const uint32_t src = (k & 3) == 3 ? gw >> 8 : gw;
+                const uint32_t mask = ((k & 3) == 3 ? 0x3F0000u : 0x3Fu << (8 * (k & 3))) | 0x80000000u;
+                a = fmaf(bits_f((src | (s << (31 - k))) & mask), X[8 * l + k], a);
+            }
+            acc[l] = a;
+        }
+        const float db = h2f(dbits) * (0.5f + (float)(aux >> 28)) * 0.25f;
+        return db * ((acc[0] + acc[1]) + (acc[2] + acc[3])) * pw0 * pw1;
+    }
+};
+
+/* ---- the streaming kernel ---- */
+struct gemv_params {
+    const uint8_t *w[2];
+    float *y[2];
+    size_t row_bytes, slice_bytes;
+    int64_t rows;
+    const float *x;
+    int64_t ldx, ldy;
+    const int32_t *ids;
+    int xdiv, smod, nvec;
+    int units, tpr, wpr;     /* units per row, threads per row group (a multiple of 32), its warps */
+    int batch_rows;          /* G * R */
+    int64_t nbatches;
+    int stage_bytes;         /* batch_rows * row_bytes */
+};
+
+/* The R partial sums of a warp, reduced across its 32 lanes: afterwards lane l holds the sum of row
+ * l >> (5 - log2 R). The additions form the plain xor butterfly (16, 8, 4, 2, 1) for every R. */
+template <int R> __device__ __forceinline__ float warp_rows(float (&a)[R], int lane) {
+    int n = R;
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) {
+        if (n > 1) {
+            const bool up = lane & o;
+            const int hn = n / 2;
+#pragma unroll
+            for (int i = 0; i < R / 2; i++) {
+                if (i < hn) {
+                    const float send = up ? a[i] : a[i + hn], keep = up ? a[i + hn] : a[i];
+                    a[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+                }
+            }
+            n = hn;
+        } else {
+            a[0] += __shfl_xor_sync(0xffffffffu, a[0], o);
+        }
+    }
+    return a[0];
+}
+
+template <int TY, int R>
+__global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_params p) {
+    extern __shared__ float sh[];
+    uint8_t *stage = (uint8_t *)sh;
+    float *red = (float *)(stage + GEMV_STAGES * p.stage_bytes); /* [warps][R] */
+    uint8_t *tab = (uint8_t *)(red + (GEMV_MAX_THREADS / 32) * 8);
+    const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
+    const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
+    const int slice = p.ids ? p.ids[v] : v % p.smod;
+    const uint8_t *W = p.w[mat] + (size_t)slice * p.slice_bytes;
+    float *y = p.y[mat] + (size_t)v * p.ldy;
+
+    /* batch b -> its stage: rows [b * batch_rows, ...) are one contiguous byte range */
+    auto issue = [&](int64_t b, int st) {
+        if (b < p.nbatches) {
+            const int64_t r0 = b * p.batch_rows;
+            const int64_t nr = p.rows - r0 < p.batch_rows ? p.rows - r0 : p.batch_rows;
+            const uint8_t *src = W + (size_t)r0 * p.row_bytes;
+            uint8_t *dst = stage + (size_t)st * p.stage_bytes;
+            const int chunks = (int)((size_t)nr * p.row_bytes / 16);
+            for (int c = tid; c < chunks; c += nthreads) __pipeline_memcpy_async(dst + 16 * c, src + 16 * (size_t)c, 16);
+        }
+        __pipeline_commit();
+    };
+    const int64_t b0 = blockIdx.x, bstep = gridDim.x;
+#pragma unroll
+    for (int i = 0; i < GEMV_STAGES - 1; i++) issue(b0 + i * bstep, i);
+
+    if constexpr (TY == NF_TYPE_IQ2_XXS) {
+        for (int i = tid; i < 256; i += nthreads) ((uint64_t *)tab)[i] = g_iq2_grid[i];
+        for (int i = tid; i < 128; i += nthreads) tab[2048 + i] = g_iq2_signs[i];
+    }
+    const int g = tid / p.tpr, u = tid % p.tpr;
+    const bool active = u < p.units;
+    unit<TY> U;
+    if (active) U.init(p.x + (size_t)(v / p.xdiv) * p.ldx, u, p.units);
+
+    int k = 0;
+    for (int64_t b = b0; b < p.nbatches; b += bstep, k++) {
+        issue(b + (GEMV_STAGES - 1) * bstep, (k + GEMV_STAGES - 1) % GEMV_STAGES);
+        __pipeline_wait_prior(GEMV_STAGES - 1);
+        __syncthreads();
+        const uint8_t *mine = stage + (size_t)(k % GEMV_STAGES) * p.stage_bytes + (size_t)g * R * p.row_bytes;
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = active ? U.dot(mine + (size_t)r * p.row_bytes, tab) : 0.f;
+        const float s = warp_rows<R>(acc, lane);
+        constexpr int LR = R == 8 ? 3 : R == 4 ? 2 : R == 2 ? 1 : 0;
+        if ((lane & ((32 >> LR) - 1)) == 0) red[warp * R + (lane >> (5 - LR))] = s;
+        __syncthreads();
+        if (tid < p.batch_rows) {
+            const int gg = tid / R, r = tid % R;
+            float t = red[gg * p.wpr * R + r];
+            for (int w = 1; w < p.wpr; w++) t += red[(gg * p.wpr + w) * R + r];
+            const int64_t row = b * p.batch_rows + tid;
+            if (row < p.rows) y[row] = t;
+        }
+    }
+    __pipeline_wait_prior(0);
+}
+
+/* ---- the plain kernel: one warp per row, any shape the format allows ---- */
+template <int TY> __device__ float plain_block(const uint8_t *row, int64_t i, const float *x);
+
+template <> __device__ float plain_block<NF_TYPE_F32>(const uint8_t *row, int64_t i, const float *x) {
+    return ((const float *)row)[i] * __ldg(x + i);
+}
+template <> __device__ float plain_block<NF_TYPE_F16>(const uint8_t *row, int64_t i, const float *x) {
+    return h2f(((const uint16_t *)row)[i]) * __ldg(x + i);
+}
+template <> __device__ float plain_block<NF_TYPE_BF16>(const uint8_t *row, int64_t i, const float *x) {
+    return __uint_as_float((uint32_t)((const uint16_t *)row)[i] << 16) * __ldg(x + i);
+}
+__device__ __forceinline__ float ld_h(const uint8_t *p) { return h2f((uint32_t)p[0] | ((uint32_t)p[1] << 8)); }
+template <> __device__ float plain_block<NF_TYPE_Q8_0>(const uint8_t *row, int64_t i, const float *x) {
+    const uint8_t *b = row + (size_t)i * 34;
+    const float *xs = x + 32 * i;
     float s = 0.f;
-    for (int c = threadIdx.x; c < chunks; c += 32) s += fmt<T>::chunk(row, c, x);
+    for (int l = 0; l < 32; l++) s = fmaf((float)(int8_t)b[2 + l], __ldg(xs + l), s);
+    return ld_h(b) * s;
+}
+template <> __device__ float plain_block<NF_TYPE_Q4_K>(const uint8_t *row, int64_t i, const float *x) {
+    const uint8_t *b = row + (size_t)i * 144, *q = b + 4;
+    const float *xs = x + 256 * i;
+    float r = 0.f;
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        if (j < 4) {
+            sc = q[j] & 63;
+            m = q[j + 4] & 63;
+        } else {
+            sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+            m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+        }
+        const uint8_t *qs = b + 16 + 32 * (j / 2);
+        float s = 0.f, sx = 0.f;
+        for (int l = 0; l < 32; l++) {
+            const float xv = __ldg(xs + 32 * j + l);
+            s = fmaf((float)((qs[l] >> (4 * (j & 1))) & 0xF), xv, s);
+            sx += xv;
+        }
+        r += ld_h(b) * (float)sc * s - ld_h(b + 2) * (float)m * sx;
+    }
+    return r;
+}
+template <> __device__ float plain_block<NF_TYPE_Q6_K>(const uint8_t *row, int64_t i, const float *x) {
+    const uint8_t *b = row + (size_t)i * 210;
+    const float *xs = x + 256 * i;
+    float r = 0.f;
+    for (int j = 0; j < 16; j++) {
+        const int n = j / 8, qq = (j % 8) / 2, h = j % 2;
+        float s = 0.f;
+        for (int l = 16 * h; l < 16 * h + 16; l++) {
+            const uint8_t lo = b[64 * n + l + 32 * (qq & 1)];
+            const int q = ((qq >= 2 ? lo >> 4 : lo & 0xF) | (((b[128 + 32 * n + l] >> (2 * qq)) & 3) << 4)) - 32;
+            s = fmaf((float)q, __ldg(xs + 128 * n + 32 * qq + l), s);
+        }
+        r = fmaf((float)(int8_t)b[192 + 8 * n + 2 * qq + h], s, r);
+    }
+    return ld_h(b + 208) * r;
+}
+template <> __device__ float plain_block<NF_TYPE_Q2_K>(const uint8_t *row, int64_t i, const float *x) {
+    const uint8_t *b = row + (size_t)i * 84;
+    const float *xs = x + 256 * i;
+    float a = 0.f, mx = 0.f;
+    for (int j = 0; j < 16; j++) {
+        const int n = j / 8, k = (j % 8) / 2, h = j % 2;
+        float s = 0.f, sx = 0.f;
+        for (int l = 16 * h; l < 16 * h + 16; l++) {
+            const float xv = __ldg(xs + 128 * n + 32 * k + l);
+            s = fmaf((float)((b[16 + 32 * n + l] >> (2 * k)) & 3), xv, s);
+            sx += xv;
+        }
+        a = fmaf((float)(b[j] & 0xF), s, a);
+        mx = fmaf((float)(b[j] >> 4), sx, mx);
+    }
+    return ld_h(b + 80) * a - ld_h(b + 82) * mx;
+}
+template <> __device__ float plain_block<NF_TYPE_IQ2_XXS>(const uint8_t *row, int64_t i, const float *x) {
+    const uint8_t *b = row + (size_t)i * 66;
+    const float *xs = x + 256 * i;
+    float r = 0.f;
+    for (int g = 0; g < 8; g++) {
+        const uint8_t *q = b + 2 + 8 * g;
+        const uint32_t idx = (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
+        const uint32_t aux = (uint32_t)q[4] | ((uint32_t)q[5] << 8) | ((uint32_t)q[6] << 16) | ((uint32_t)q[7] << 24);
+        float s = 0.f;
+        for (int l = 0; l < 4; l++) {
+            const uint64_t grid = g_iq2_grid[(idx >> (8 * l)) & 0xff];
+            const uint8_t sg = g_iq2_signs[(aux >> (7 * l)) & 127];
+            for (int k = 0; k < 8; k++) {
+                const float w = (float)((grid >> (8 * k)) & 0xff);
+                s = fmaf((sg >> k) & 1 ? -w : w, __ldg(xs + 32 * g + 8 * l + k), s);
+            }
+        }
+        r = fmaf(ld_h(b) * (0.5f + (float)(aux >> 28)) * 0.25f, s, r);
+    }
+    return r;
+}
+
+template <int TY>
+__global__ void gemv_plain(const gemv_params p, int64_t nblocks) {
+    const int64_t r = (int64_t)blockIdx.x * 4 + threadIdx.y;
+    if (r >= p.rows) return;
+    const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
+    const int slice = p.ids ? p.ids[v] : v % p.smod;
+    const uint8_t *row = p.w[mat] + (size_t)slice * p.slice_bytes + (size_t)r * p.row_bytes;
+    const float *x = p.x + (size_t)(v / p.xdiv) * p.ldx;
+    float s = 0.f;
+    for (int64_t i = threadIdx.x; i < nblocks; i += 32) s += plain_block<TY>(row, i, x);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x == 0) y[r] = s;
+    if (threadIdx.x == 0) p.y[mat][(size_t)v * p.ldy + r] = s;
+}
+
+/* ---- host side ---- */
+typedef void (*stream_fn)(const gemv_params);
+struct stream_kernels {
+    uint32_t type;
+    int cols;                 /* per unit */
+    stream_fn k[4];           /* R = 1, 2, 4, 8 */
+};
+#define KSET(T) {T, unit<T>::COLS, {gemv_stream<T, 1>, gemv_stream<T, 2>, gemv_stream<T, 4>, gemv_stream<T, 8>}}
+static const stream_kernels k_stream[] = {KSET(NF_TYPE_F32),  KSET(NF_TYPE_F16),  KSET(NF_TYPE_BF16),
+                                          KSET(NF_TYPE_Q8_0), KSET(NF_TYPE_Q4_K), KSET(NF_TYPE_Q6_K),
+                                          KSET(NF_TYPE_Q2_K), KSET(NF_TYPE_IQ2_XXS)};
+#define N_STREAM ((int)(sizeof k_stream / sizeof k_stream[0]))
+
+static int g_sms = 0; /* set by nf_cuda_gemv_init */
+
+static const stream_kernels *kernels_of(uint32_t type) {
+    for (int i = 0; i < N_STREAM; i++)
+        if (k_stream[i].type == type) return &k_stream[i];
+    return nullptr;
 }
 
 extern "C" int nf_cuda_gemv_init(void) {
-    cudaError_t e = cudaMemcpyToSymbol(d_iq2xxs_grid, nf_iq2xxs_grid, sizeof(d_iq2xxs_grid));
-    if (e == cudaSuccess) e = cudaMemcpyToSymbol(d_iq2_signs, nf_iq2_ksigns, sizeof(d_iq2_signs));
-    if (e != cudaSuccess) return nf_fail("cuda: copying format tables: %s", cudaGetErrorString(e));
+    cudaError_t e = cudaMemcpyToSymbol(g_iq2_grid, nf_iq2xxs_grid, sizeof(g_iq2_grid));
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_iq2_signs, nf_iq2_ksigns, sizeof(g_iq2_signs));
+    int dev = 0;
+    if (e == cudaSuccess) e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev);
+    int smem_max = 0;
+    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    for (int i = 0; i < N_STREAM && e == cudaSuccess; i++)
+        for (int r = 0; r < 4 && e == cudaSuccess; r++)
+            e = cudaFuncSetAttribute(k_stream[i].k[r], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+    if (e != cudaSuccess) return nf_fail("cuda gemv init: %s", cudaGetErrorString(e));
+    if (g_sms <= 0) g_sms = 1;
     return 0;
 }
 
-extern "C" int nf_cuda_gemv_supports(uint32_t type) {
-    switch (type) {
-    case NF_TYPE_F32: case NF_TYPE_F16: case NF_TYPE_BF16: case NF_TYPE_Q8_0:
-    case NF_TYPE_Q4_K: case NF_TYPE_Q6_K: case NF_TYPE_Q2_K: case NF_TYPE_IQ2_XXS:
-        return 1;
-    default:
-        return 0;
-    }
+extern "C" int nf_cuda_gemv_supports(uint32_t type) { return kernels_of(type) != nullptr; }
+
+/* geometry of the streaming kernel for a job, or 0 when it does not take it */
+struct stream_plan {
+    int units, tpr, G, R, threads;
+    size_t stage, smem;
+};
+static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
+    const stream_kernels *ks = kernels_of(j->type);
+    const size_t rb = nf_row_bytes(j->type, j->cols);
+    if (!ks || rb == 0 || j->cols % ks->cols) return 0;
+    if (rb % 16 || j->slice_bytes % 16 || ((uintptr_t)j->w[0] % 16) || (j->w[1] && (uintptr_t)j->w[1] % 16)) return 0;
+    pl->units = (int)(j->cols / ks->cols);
+    if (pl->units > GEMV_MAX_THREADS) return 0;
+    pl->tpr = (pl->units + 31) / 32 * 32;
+    pl->G = pl->tpr >= 256 ? 1 : 256 / pl->tpr;
+    if ((size_t)pl->G * rb > GEMV_STAGE_MAX) return 0;
+    pl->R = 1;
+    while (pl->R < 8 && (size_t)pl->G * 2 * pl->R * rb <= GEMV_STAGE_TARGET) pl->R *= 2;
+    pl->threads = pl->G * pl->tpr;
+    pl->stage = (size_t)pl->G * pl->R * rb;
+    pl->smem = GEMV_STAGES * pl->stage + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float) + GEMV_TABLE_BYTES;
+    return 1;
 }
 
-extern "C" int nf_cuda_gemv(uint32_t type, const void *w, const float *x, float *y, int64_t rows, int64_t cols,
-                            void *stream) {
-    const size_t row_bytes = nf_row_bytes(type, cols);
-    if (!nf_cuda_gemv_supports(type) || row_bytes == 0 || cols % 32)
-        return nf_fail("cuda gemv: unsupported type %s or row length %lld", nf_type_get(type)->name ? nf_type_get(type)->name : "?",
-                       (long long)cols);
-    const dim3 block(32, WARPS_PER_BLOCK), grid((unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK));
-    const int chunks = (int)(cols / 32);
+extern "C" int nf_cuda_gemv_streams(const nf_gemv_job *j) {
+    stream_plan pl;
+    return plan_stream(j, &pl);
+}
+
+extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
+    const stream_kernels *ks = kernels_of(j->type);
+    const nf_type_info *ti = nf_type_get(j->type);
+    if (!ks) return nf_fail("cuda gemv: type %s unsupported", ti->name ? ti->name : "?");
+    if (j->cols <= 0 || j->cols % ti->block_size) return nf_fail("cuda gemv: row length %lld does not fit %s", (long long)j->cols, ti->name);
+    if (j->nvec <= 0 || j->rows <= 0) return 0;
+    if (!j->w[0] || !j->y[0] || !j->x || (j->w[1] && !j->y[1])) return nf_fail("cuda gemv: missing pointer");
+    if (!g_sms && nf_cuda_gemv_init() < 0) return -1;
+    const int nmat = j->w[1] ? 2 : 1;
+    if ((int64_t)nmat * j->nvec > 65535) return nf_fail("cuda gemv: %d vectors x %d matrices is too many for one launch", j->nvec, nmat);
+    gemv_params p;
+    memset(&p, 0, sizeof p);
+    p.w[0] = (const uint8_t *)j->w[0];
+    p.w[1] = (const uint8_t *)(j->w[1] ? j->w[1] : j->w[0]);
+    p.y[0] = j->y[0];
+    p.y[1] = j->y[1] ? j->y[1] : j->y[0];
+    p.row_bytes = nf_row_bytes(j->type, j->cols);
+    p.slice_bytes = j->slice_bytes;
+    p.rows = j->rows;
+    p.x = j->x;
+    p.ldx = j->ldx;
+    p.ldy = j->ldy;
+    p.ids = j->ids;
+    p.xdiv = j->xdiv > 1 ? j->xdiv : 1;
+    p.smod = j->smod > 1 ? j->smod : 1;
+    p.nvec = j->nvec;
+    const int nprob = nmat * j->nvec;
     cudaStream_t s = (cudaStream_t)stream;
-    const uint8_t *wb = (const uint8_t *)w;
-    switch (type) {
-    case NF_TYPE_F32: gemv_kernel<NF_TYPE_F32><<<grid, block, 0, s>>>(wb, x, y, rows, chunks, row_bytes); break;
-    case NF_TYPE_F16: gemv_kernel<NF_TYPE_F16><<<grid, block, 0, s>>>(wb, x, y, rows, chunks, row_bytes); break;
-    case NF_TYPE_BF16: gemv_kernel<NF_TYPE_BF16><<<grid, block, 0, s>>>(wb, x, y, rows, chunks, row_bytes); break;
-    case NF_TYPE_Q8_0: gemv_kernel<NF_TYPE_Q8_0><<<grid, block, 0, s>>>(wb, x, y, rows, chunks, row_bytes); break;
-    case NF_TYPE_Q4_K: gemv_kernel<NF_TYPE_Q4_K><<<grid, block, 0, s>>>(wb, x, y, rows, chunks, row_bytes); break;
-    case NF_TYPE_Q6_K: gemv_kernel<NF_TYPE_Q6_K><<<grid, block, 0, s>>>(wb, x, y, rows, chunks, row_bytes); break;
-    case NF_TYPE_Q2_K: gemv_kernel<NF_TYPE_Q2_K><<<grid, block, 0, s>>>(wb, x, y, rows, chunks, row_bytes); break;
-    case NF_TYPE_IQ2_XXS: gemv_kernel<NF_TYPE_IQ2_XXS><<<grid, block, 0, s>>>(wb, x, y, rows, chunks, row_bytes); break;
+    stream_plan pl;
+    if (plan_stream(j, &pl)) {
+        p.units = pl.units;
+        p.tpr = pl.tpr;
+        p.wpr = pl.tpr / 32;
+        p.batch_rows = pl.G * pl.R;
+        p.nbatches = (j->rows + p.batch_rows - 1) / p.batch_rows;
+        p.stage_bytes = (int)pl.stage;
+        /* about one wave: CTAs resident per SM from shared memory, threads and 128 registers per thread */
+        int per_sm = (int)((227u * 1024u) / (pl.smem + 1024));
+        const int by_threads = 2048 / pl.threads, by_regs = 65536 / (128 * pl.threads);
+        if (by_threads < per_sm) per_sm = by_threads;
+        if (by_regs < per_sm) per_sm = by_regs;
+        if (per_sm < 1) per_sm = 1;
+        int64_t per_prob = ((int64_t)(g_sms > 0 ? g_sms : 132) * per_sm + nprob - 1) / nprob;
+        if (per_prob > p.nbatches) per_prob = p.nbatches;
+        if (per_prob < 1) per_prob = 1;
+        const int ri = pl.R == 1 ? 0 : pl.R == 2 ? 1 : pl.R == 4 ? 2 : 3;
+        stream_fn k = ks->k[ri];
+        k<<<dim3((unsigned)per_prob, (unsigned)nprob), dim3((unsigned)pl.threads), pl.smem, s>>>(p);
+    } else {
+        const dim3 block(32, 4), grid((unsigned)((j->rows + 3) / 4), (unsigned)nprob);
+        const int64_t nb = j->cols / ti->block_size;
+        switch (j->type) {
+        case NF_TYPE_F32: gemv_plain<NF_TYPE_F32><<<grid, block, 0, s>>>(p, nb); break;
+        case NF_TYPE_F16: gemv_plain<NF_TYPE_F16><<<grid, block, 0, s>>>(p, nb); break;
+        case NF_TYPE_BF16: gemv_plain<NF_TYPE_BF16><<<grid, block, 0, s>>>(p, nb); break;
+        case NF_TYPE_Q8_0: gemv_plain<NF_TYPE_Q8_0><<<grid, block, 0, s>>>(p, nb); break;
+        case NF_TYPE_Q4_K: gemv_plain<NF_TYPE_Q4_K><<<grid, block, 0, s>>>(p, nb); break;
+        case NF_TYPE_Q6_K: gemv_plain<NF_TYPE_Q6_K><<<grid, block, 0, s>>>(p, nb); break;
+        case NF_TYPE_Q2_K: gemv_plain<NF_TYPE_Q2_K><<<grid, block, 0, s>>>(p, nb); break;
+        case NF_TYPE_IQ2_XXS: gemv_plain<NF_TYPE_IQ2_XXS><<<grid, block, 0, s>>>(p, nb); break;
+        }
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return nf_fail("cuda gemv launch: %s", cudaGetErrorString(e));
     return 0;
+}
+
+extern "C" int nf_cuda_gemv_ex(uint32_t type, const void *w, int64_t rows, int64_t cols, size_t slice_bytes,
+                               const float *x, int64_t ldx, int xdiv, int smod, const int32_t *ids, float *y,
+                               int64_t ldy, int nvec, void *stream) {
+    nf_gemv_job j;
+    memset(&j, 0, sizeof j);
+    j.type = type;
+    j.rows = rows;
+    j.cols = cols;
+    j.slice_bytes = slice_bytes;
+    j.w[0] = w;
+    j.y[0] = y;
+    j.x = x;
+    j.ldx = ldx;
+    j.xdiv = xdiv;
+    j.smod = smod;
+    j.ids = ids;
+    j.ldy = ldy;
+    j.nvec = nvec;
+    return nf_cuda_gemv_run(&j, stream);
+}
+
+extern "C" int nf_cuda_gemv(uint32_t type, const void *w, const float *x, float *y, int64_t rows, int64_t cols,
+                            void *stream) {
+    return nf_cuda_gemv_ex(type, w, rows, cols, 0, x, cols, 1, 1, nullptr, y, rows, 1, stream);
 }

@@ -1,26 +1,58 @@
-/* cuda_gemv.h — single-token matrix-vector products on the GPU for every weight format we store.
+/* cuda_gemv.h — matrix × few-vectors products on the GPU (decode: one token, the k routed experts of a token,
+ * a short speculative verify) for every weight format we store.
  *
- * y[r] = sum_c W[r][c] * x[c] for a row-major weight matrix in any supported nf_type (rows stored as the GGUF
- * stores them: `cols` elements per row, rows back to back), f32 activations and outputs. This is the first,
- * plain version: one warp per row, each lane decoding whole 32-element chunks of its row. It is the
- * correctness baseline the fused decode kernels of later work are compared against.
+ * y = W x for row-major weight matrices in any supported nf_type (rows stored as the GGUF stores them), f32
+ * activations and outputs. The products are the dot of the DEQUANTIZED weights with the f32 activation in f32
+ * (no activation quantization): every block scale is exact in f32 times its code, so the kernels take the scales
+ * out of the block sums (d * sc * sum q x - dmin * m * sum x) — the same real number as summing
+ * nf_dequantize(w) * x, rounded differently only (see cuda_gemv.cu).
  *
- * C API (callable from the C library, which is compiled by the C compiler). Returns 0, or -1 with nf_error(). */
+ * A job is up to two matrices of one shape (gate and up) times nvec vectors in ONE launch; vector v uses matrix
+ * ids[v] (routed experts) or v % smod (per-head matrices of a 3-D tensor) and activation row v / xdiv.
+ *
+ * C API (callable from the C library and the tests). Returns 0, or -1 with nf_error(). */
 #ifndef NF_CUDA_GEMV_H
 #define NF_CUDA_GEMV_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Copy format lookup tables (IQ2_XXS grid and signs) to the device; call once before any gemv. */
+typedef struct nf_gemv_job {
+    uint32_t type;          /* nf_type of the weights */
+    int64_t rows, cols;     /* of one matrix */
+    size_t slice_bytes;     /* bytes between the matrices of a 3-D tensor (used with ids or smod > 1) */
+    const void *w[2];       /* device weights; w[1] NULL for one matrix. Both have the same type and shape */
+    float *y[2];            /* outputs of w[0] and w[1] */
+    const float *x;         /* device activations, row r at x + r * ldx */
+    int64_t ldx;
+    int xdiv;               /* vector v reads activation row v / xdiv (<= 1: row v) */
+    int smod;               /* without ids: vector v uses matrix v % smod (<= 1: matrix 0) */
+    const int32_t *ids;     /* device, nvec entries, or NULL: vector v uses matrix ids[v] */
+    int64_t ldy;            /* y[m][v * ldy + r] = W_m(v)[r, :] . x(v) */
+    int nvec;
+} nf_gemv_job;
+
+/* Copy the IQ2_XXS tables to the device and prepare the kernels (shared memory limits, SM count) for the
+ * current device; call once before any product (the first product calls it otherwise, which a CUDA graph
+ * capture does not allow). */
 int nf_cuda_gemv_init(void);
 /* True if nf_cuda_gemv can run weights of this type. */
 int nf_cuda_gemv_supports(uint32_t type);
-/* Launch on `stream` (a cudaStream_t, NULL for the default stream). All pointers are device pointers.
- * cols must be a multiple of 32 (of 256 for the K-quants and IQ2_XXS, as the format itself requires). */
+/* Launch a job on `stream` (a cudaStream_t, NULL for the default stream). Any shape the format allows runs;
+ * shapes nf_cuda_gemv_streams() accepts take the streaming kernels, the others a plain warp-per-row kernel. */
+int nf_cuda_gemv_run(const nf_gemv_job *job, void *stream);
+/* 1 when the job takes the streaming kernels: a supported type, weights, row and slice bytes 16-byte aligned,
+ * the row length a multiple of the kernel's unit (256 for Q8_0, Q6_K, Q2_K, IQ2_XXS at the alignment above)
+ * and rows of at most ~48 KiB. */
+int nf_cuda_gemv_streams(const nf_gemv_job *job);
+/* The job of nf_cuda_matmul_ex's arguments (one matrix or 3-D tensor; see nf_gemv_job). */
+int nf_cuda_gemv_ex(uint32_t type, const void *w, int64_t rows, int64_t cols, size_t slice_bytes, const float *x,
+                    int64_t ldx, int xdiv, int smod, const int32_t *ids, float *y, int64_t ldy, int nvec, void *stream);
+/* One matrix times one vector: y[r] = W[r, :] . x (rows x cols). */
 int nf_cuda_gemv(uint32_t type, const void *w, const float *x, float *y, int64_t rows, int64_t cols, void *stream);
 
 #ifdef __cplusplus

@@ -1,17 +1,29 @@
-/* test_gemv.c — GPU GEMV against the CPU formats code, then a bandwidth table (run by `make gpu-test`).
+/* test_gemv.c — the GPU decode products (src/cuda/cuda_gemv.cu) against the host's dequantize-then-dot, then a
+ * bandwidth table beside a read-bandwidth probe (run by `make gpu-test`; `--only gemv --bench` adds the table).
  *
- * Correctness: for every format, random rows are quantized with the reference quantizer, multiplied on the
- * GPU, and compared with the CPU's exact dequantize-and-dot (nf_vec_dot_f32). The two differ only in the
- * order of f32 additions, so the bound is relative to sum |w||x| of the row.
- * Speed (a benchmark, not a pass/fail criterion): one 14336x4096 GEMV per format, the llama.cpp shape of
- * docs/benchmarks.md, timed with CUDA events over many launches rotating through weight copies larger than
- * L2, printed as CSV (and written to $NF_GEMV_CSV if set). Entry point nf_gpu_test_gemv (tests/gpu/main.c). */
+ * Correctness: for every format, jobs of the shapes decode meets — 2048x4096, 4096x2048, rows that are not a
+ * multiple of a CTA's batch, the 154880x4096 output head, 3-D expert tensors with per-vector ids (gate and up in
+ * one launch, one activation per token; down with one activation per slot), one matrix times 2..8 vectors,
+ * per-head matrices (v % smod), shapes only the plain kernel takes, activations spanning 2^-60..2^60 and an
+ * all-zero activation (the result must be exactly 0). Weights come from the reference quantizer on random normal
+ * rows; the reference is nf_dequantize's values dotted with x in double. The GPU sums in f32 in another order and
+ * applies each block scale once per sub-block (exact in real arithmetic), so the bound is relative to
+ * sum |w x| of the row. Output rows are NaN-poisoned (an unwritten row fails) and the padding between output
+ * vectors and after the last one must stay untouched. NF_GEMV_TEST_SMALL=1 shrinks the shapes (for the CPU
+ * emulation, scripts/cuemu).
+ * Speed (a benchmark, not a pass/fail criterion): each case is timed as CUDA-graph replays of 20 launches that
+ * rotate through weight copies larger than 8x the L2 (random expert ids per launch for the MoE cases); the read
+ * probe reads the same number of bytes from the same copies the same way, so "fraction" = probe time / product
+ * time (1.0: the product streams its weights as fast as a plain read of them). A 2 GiB probe gives the device's
+ * read bandwidth. CSV (header below) to stdout and to $NF_GEMV_CSV if set. Entry point nf_gpu_test_gemv
+ * (tests/gpu/main.c). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cuda_bench.h"
 #include "cuda/cuda_gemv.h"
 #include "gpu_tests.h"
 #include "formats/formats.h"
@@ -24,107 +36,427 @@
     } while (0)
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static double uniform(void) {
+static uint64_t rng(void) {
     rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
-    return ((rng_state >> 11) + 0.5) / 9007199254740992.0;
+    return rng_state;
 }
+static double uniform(void) { return ((rng() >> 11) + 0.5) / 9007199254740992.0; }
 static float gauss(void) { return (float)(sqrt(-2 * log(uniform())) * cos(6.283185307179586 * uniform())); }
 
 static const uint32_t types[] = {NF_TYPE_F32, NF_TYPE_F16, NF_TYPE_BF16, NF_TYPE_Q8_0,
                                  NF_TYPE_Q4_K, NF_TYPE_Q6_K, NF_TYPE_Q2_K, NF_TYPE_IQ2_XXS};
 #define N_TYPES (sizeof types / sizeof types[0])
+#define TOL 2e-5 /* |gpu - ref| / sum |w x| */
 
-/* Quantize rows x cols random normal weights; returns host bytes. */
-static void *make_weights(uint32_t type, int64_t rows, int64_t cols, size_t *bytes) {
-    size_t rb = nf_row_bytes(type, cols);
-    uint8_t *q = nf_xmalloc(rb * rows);
-    float *row = nf_xmalloc(sizeof(float) * cols);
-    for (int64_t r = 0; r < rows; r++) {
-        for (int64_t c = 0; c < cols; c++) row[c] = gauss() * 0.02f;
-        if (nf_quantize(type, row, q + rb * r, cols, cols, NULL) != rb) nf_die("quantize %s failed", nf_type_get(type)->name);
-    }
-    free(row);
-    *bytes = rb * rows;
-    return q;
+static int small_mode(void) {
+    const char *e = getenv("NF_GEMV_TEST_SMALL");
+    return e && *e && strcmp(e, "0");
 }
 
-static int check_type(uint32_t type) {
-    const int64_t rows = 512, cols = 4096;
-    size_t bytes;
-    uint8_t *w = make_weights(type, rows, cols, &bytes);
-    float *x = nf_xmalloc(sizeof(float) * cols), *y = nf_xmalloc(sizeof(float) * rows);
-    float *deq = nf_xmalloc(sizeof(float) * cols);
-    for (int64_t c = 0; c < cols; c++) x[c] = gauss();
-    void *dw; float *dx, *dy;
-    CHECK(cudaMalloc(&dw, bytes)); CHECK(cudaMalloc((void **)&dx, sizeof(float) * cols)); CHECK(cudaMalloc((void **)&dy, sizeof(float) * rows));
-    CHECK(cudaMemcpy(dw, w, bytes, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(dx, x, sizeof(float) * cols, cudaMemcpyHostToDevice));
-    CHECK(cudaMemset(dy, 0xff, sizeof(float) * rows)); /* NaN poison: an unwritten row fails */
-    if (nf_cuda_gemv(type, dw, dx, dy, rows, cols, NULL)) nf_die("%s", nf_error());
-    CHECK(cudaMemcpy(y, dy, sizeof(float) * rows, cudaMemcpyDeviceToHost));
-    size_t rb = nf_row_bytes(type, cols);
-    double worst = 0;
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *row = w + rb * r;
-        float ref = nf_vec_dot_f32(type, cols, row, x);
-        nf_dequantize(type, row, deq, cols);
-        double mag = 0;
-        for (int64_t c = 0; c < cols; c++) mag += fabs(deq[c] * x[c]);
-        double err = fabs((double)y[r] - ref) / (mag + 1e-30);
-        if (!(err <= worst)) worst = isnan(err) ? INFINITY : err;
+/* `distinct` quantized random rows (row bytes rb each) and their dequantized values */
+typedef struct {
+    uint32_t type;
+    int64_t cols, distinct;
+    size_t rb;
+    uint8_t *q;
+    float *deq;
+} rowset;
+
+static rowset make_rows(uint32_t type, int64_t cols, int64_t distinct) {
+    rowset s = {type, cols, distinct, nf_row_bytes(type, cols), NULL, NULL};
+    s.q = nf_xmalloc(s.rb * distinct);
+    s.deq = nf_xmalloc(sizeof(float) * cols * distinct);
+    float *row = nf_xmalloc(sizeof(float) * cols);
+    for (int64_t r = 0; r < distinct; r++) {
+        const float scale = 0.02f * (float)(1 + r % 3);
+        for (int64_t c = 0; c < cols; c++) row[c] = gauss() * scale;
+        if (nf_quantize(type, row, s.q + s.rb * r, cols, cols, NULL) != s.rb) nf_die("quantize %s failed", nf_type_get(type)->name);
+        if (nf_dequantize(type, s.q + s.rb * r, s.deq + cols * r, cols)) nf_die("dequantize %s failed", nf_type_get(type)->name);
     }
-    int ok = worst < 2e-6;
-    printf("gemv %-8s rows %lld cols %lld  max |gpu-cpu| / sum|w x| = %.3g  %s\n", nf_type_get(type)->name,
-           (long long)rows, (long long)cols, worst, ok ? "ok" : "FAIL");
-    cudaFree(dw); cudaFree(dx); cudaFree(dy);
-    free(w); free(x); free(y); free(deq);
+    free(row);
+    return s;
+}
+static void free_rows(rowset *s) { free(s->q); free(s->deq); }
+
+/* which distinct row is row r of slice sl of matrix m */
+static int64_t src_row(const rowset *s, int m, int64_t sl, int64_t rows, int64_t r) {
+    return (int64_t)(((uint64_t)(m * 7919 + sl) * (uint64_t)rows + (uint64_t)r) % (uint64_t)s->distinct);
+}
+
+/* Weights of nmat matrices x slices x rows on the device (rows tiled from the row set; big tensors are
+ * filled on the device by doubling copies). */
+static uint8_t *upload_weights(const rowset *s, int m, int64_t slices, int64_t rows, int woff) {
+    const size_t total = s->rb * (size_t)rows * (size_t)slices;
+    uint8_t *d;
+    CHECK(cudaMalloc((void **)&d, total + (size_t)woff));
+    d += woff;
+    const int64_t nrows = rows * slices;
+    const int64_t host_rows = nrows < 8192 ? nrows : 8192;
+    if (host_rows < nrows && s->distinct > host_rows) nf_die("test_gemv: %lld distinct rows do not tile", (long long)s->distinct);
+    uint8_t *h = nf_xmalloc(s->rb * (size_t)host_rows);
+    for (int64_t f = 0; f < host_rows; f++) {
+        const int64_t sl = f / rows, r = f % rows;
+        memcpy(h + s->rb * f, s->q + s->rb * src_row(s, m, sl, rows, r), s->rb);
+    }
+    CHECK(cudaMemcpy(d, h, s->rb * (size_t)host_rows, cudaMemcpyHostToDevice));
+    free(h);
+    /* flat row f's source is (m*7919*rows + f) % distinct: period `distinct`, so copy whole periods */
+    int64_t have = host_rows - host_rows % s->distinct;
+    if (have <= 0) have = host_rows;
+    while (have < nrows) {
+        const int64_t n = have < nrows - have ? have : nrows - have;
+        CHECK(cudaMemcpy(d + s->rb * (size_t)have, d, s->rb * (size_t)n, cudaMemcpyDeviceToDevice));
+        have += n;
+    }
+    return d;
+}
+
+typedef struct {
+    const char *name;
+    int64_t rows, cols, slices; /* slices > 1: 3-D tensor */
+    int nmat, nvec, xdiv, smod, use_ids;
+    int xkind;                  /* 0 gauss, 1 gauss * 2^[-60, 60], 2 zeros */
+    int woff;                   /* weights start this many bytes after an aligned address */
+    int64_t distinct;           /* distinct weight rows (tiled) */
+    int sample;                 /* check every sample-th row (plus the last 64) */
+} job_case;
+
+/* Run one case for one format; returns 1 if it passed. */
+static int check_case(uint32_t type, const job_case *jc) {
+    const int64_t rows = jc->rows, cols = jc->cols, slices = jc->slices;
+    const size_t rb = nf_row_bytes(type, cols);
+    if (!rb) return 1; /* the format does not fit this row length */
+    rowset rs = make_rows(type, cols, jc->distinct);
+    const int xdiv = jc->xdiv > 1 ? jc->xdiv : 1;
+    const int nx = (jc->nvec + xdiv - 1) / xdiv;
+    const int64_t ldx = cols + 12, ldy = rows + 5;
+    float *x = nf_xcalloc((size_t)nx * ldx, sizeof(float));
+    for (int i = 0; i < nx; i++)
+        for (int64_t c = 0; c < cols; c++) {
+            float v = jc->xkind == 2 ? 0.f : gauss();
+            if (jc->xkind == 1) v = ldexpf(v, (int)(rng() % 121) - 60);
+            x[(size_t)i * ldx + c] = v;
+        }
+    int32_t ids[64];
+    for (int v = 0; v < jc->nvec; v++) ids[v] = (int32_t)(rng() % (uint64_t)slices);
+    nf_gemv_job j;
+    memset(&j, 0, sizeof j);
+    j.type = type;
+    j.rows = rows;
+    j.cols = cols;
+    j.slice_bytes = rb * (size_t)rows;
+    j.ldx = ldx;
+    j.xdiv = xdiv;
+    j.smod = jc->smod;
+    j.ldy = ldy;
+    j.nvec = jc->nvec;
+    uint8_t *dw[2] = {NULL, NULL};
+    float *dy[2] = {NULL, NULL}, *dx;
+    int32_t *dids = NULL;
+    const size_t ybytes = sizeof(float) * ((size_t)jc->nvec * ldy + 64);
+    for (int m = 0; m < jc->nmat; m++) {
+        dw[m] = upload_weights(&rs, m, slices, rows, jc->woff);
+        CHECK(cudaMalloc((void **)&dy[m], ybytes));
+        CHECK(cudaMemset(dy[m], 0xff, ybytes)); /* NaN poison */
+        j.w[m] = dw[m];
+        j.y[m] = dy[m];
+    }
+    CHECK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)nx * ldx));
+    CHECK(cudaMemcpy(dx, x, sizeof(float) * (size_t)nx * ldx, cudaMemcpyHostToDevice));
+    j.x = dx;
+    if (jc->use_ids) {
+        CHECK(cudaMalloc((void **)&dids, sizeof ids));
+        CHECK(cudaMemcpy(dids, ids, sizeof ids, cudaMemcpyHostToDevice));
+        j.ids = dids;
+    }
+    const int streams = nf_cuda_gemv_streams(&j);
+    if (nf_cuda_gemv_run(&j, NULL)) nf_die("%s", nf_error());
+    CHECK(cudaDeviceSynchronize());
+    float *y = nf_xmalloc(ybytes);
+    double worst = 0;
+    int64_t bad_rows = 0, pad_bad = 0, worst_r = -1;
+    int worst_v = 0, worst_m = 0, zero_bad = 0;
+    for (int m = 0; m < jc->nmat; m++) {
+        CHECK(cudaMemcpy(y, dy[m], ybytes, cudaMemcpyDeviceToHost));
+        for (int v = 0; v < jc->nvec; v++) {
+            const int64_t sl = jc->use_ids ? ids[v] : v % (jc->smod > 1 ? jc->smod : 1);
+            const float *xv = x + (size_t)(v / xdiv) * ldx;
+            for (int64_t r = 0; r < rows; r++) {
+                const float got = y[(size_t)v * ldy + r];
+                if (isnan(got)) { bad_rows++; continue; }
+                if (r % jc->sample && r < rows - 64) continue;
+                const float *w = rs.deq + cols * src_row(&rs, m, sl, rows, r);
+                double ref = 0, mag = 0;
+                for (int64_t c = 0; c < cols; c++) {
+                    ref += (double)w[c] * xv[c];
+                    mag += fabs((double)w[c] * xv[c]);
+                }
+                if (jc->xkind == 2 && got != 0.f) zero_bad++;
+                const double err = fabs(got - ref) / (mag > 0 ? mag : 1e-300);
+                if (!(err <= worst) && mag > 0) { worst = err; worst_r = r; worst_v = v; worst_m = m; }
+                if (mag == 0 && got != 0.f) zero_bad++;
+            }
+            for (int64_t r = rows; r < ldy; r++) pad_bad += !isnan(y[(size_t)v * ldy + r]);
+        }
+        for (int i = 0; i < 64; i++) pad_bad += !isnan(y[(size_t)jc->nvec * ldy + i]);
+    }
+    const int ok = worst < TOL && !bad_rows && !pad_bad && !zero_bad;
+    printf("gemv %-8s %-10s %6lldx%-5lld x%lld nmat %d nvec %d %-6s max |gpu-ref|/sum|wx| %.2e", nf_type_get(type)->name,
+           jc->name, (long long)rows, (long long)cols, (long long)slices, jc->nmat, jc->nvec, streams ? "stream" : "plain",
+           worst);
+    if (bad_rows) printf(", %lld rows not written", (long long)bad_rows);
+    if (pad_bad) printf(", %lld writes outside the outputs", (long long)pad_bad);
+    if (zero_bad) printf(", %d nonzero results of a zero product", zero_bad);
+    if (!ok && worst_r >= 0) printf(" (worst: matrix %d vector %d row %lld)", worst_m, worst_v, (long long)worst_r);
+    printf("  %s\n", ok ? "ok" : "FAIL");
+    for (int m = 0; m < jc->nmat; m++) { cudaFree(dw[m] - jc->woff); cudaFree(dy[m]); }
+    cudaFree(dx);
+    if (dids) cudaFree(dids);
+    free(x); free(y);
+    free_rows(&rs);
     return ok;
 }
 
-static void bench_type(uint32_t type, FILE *csv) {
-    const int64_t rows = 14336, cols = 4096;
-    size_t bytes;
-    uint8_t *w = make_weights(type, rows, cols, &bytes);
-    int copies = (int)(512e6 / bytes) + 2; /* rotate through > 8x the 60 MB L2 */
-    if (copies > 32) copies = 32;
-    void **dw = nf_xcalloc(copies, sizeof(void *));
-    for (int i = 0; i < copies; i++) {
-        CHECK(cudaMalloc(&dw[i], bytes));
-        CHECK(cudaMemcpy(dw[i], w, bytes, cudaMemcpyHostToDevice));
-    }
-    float *dx, *dy;
-    CHECK(cudaMalloc((void **)&dx, sizeof(float) * cols)); CHECK(cudaMalloc((void **)&dy, sizeof(float) * rows));
-    CHECK(cudaMemset(dx, 0, sizeof(float) * cols));
-    for (int i = 0; i < 20; i++) nf_cuda_gemv(type, dw[i % copies], dx, dy, rows, cols, NULL);
+/* ---- bandwidth table ---- */
+
+typedef struct {
+    double us, gbps;
+} timing;
+
+/* time `launches` of fn(i) replayed from a CUDA graph (20 launches per graph) */
+typedef void (*launch_fn)(void *ctx, int i, cudaStream_t s);
+static timing time_graph(launch_fn fn, void *ctx, double bytes_per_launch, cudaStream_t s) {
+    const int per_graph = 20, replays = 20;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < per_graph; i++) fn(ctx, i, s);
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < 3; i++) CHECK(cudaGraphLaunch(ge, s));
     cudaEvent_t a, b;
     CHECK(cudaEventCreate(&a)); CHECK(cudaEventCreate(&b));
-    const int iters = 400;
-    CHECK(cudaEventRecord(a, NULL));
-    for (int i = 0; i < iters; i++) nf_cuda_gemv(type, dw[i % copies], dx, dy, rows, cols, NULL);
-    CHECK(cudaEventRecord(b, NULL));
+    CHECK(cudaEventRecord(a, s));
+    for (int i = 0; i < replays; i++) CHECK(cudaGraphLaunch(ge, s));
+    CHECK(cudaEventRecord(b, s));
     CHECK(cudaEventSynchronize(b));
     float ms;
     CHECK(cudaEventElapsedTime(&ms, a, b));
-    double us = 1000.0 * ms / iters, gbps = bytes / (us * 1e3);
-    printf("bench %-8s %lldx%lld  %8.2f us  %7.0f GB/s\n", nf_type_get(type)->name, (long long)rows, (long long)cols, us, gbps);
-    if (csv) fprintf(csv, "%s,%lld,%lld,%zu,%.3f,%.1f\n", nf_type_get(type)->name, (long long)rows, (long long)cols, bytes, us, gbps);
-    if (csv) fflush(csv);
-    for (int i = 0; i < copies; i++) cudaFree(dw[i]);
-    free(dw); cudaFree(dx); cudaFree(dy); free(w);
+    CHECK(cudaGetLastError());
+    timing t;
+    t.us = 1000.0 * ms / (per_graph * replays);
+    t.gbps = bytes_per_launch / (t.us * 1e3);
     cudaEventDestroy(a); cudaEventDestroy(b);
+    cudaGraphExecDestroy(ge); cudaGraphDestroy(g);
+    return t;
+}
+
+typedef struct {
+    nf_gemv_job job;
+    uint8_t **copies;           /* weight copies (each holds both matrices when nmat = 2) */
+    int ncopies;
+    size_t matrix_bytes;        /* one matrix (or 3-D tensor) */
+    int32_t *ids;               /* device: 20 sets of nvec ids */
+    size_t read_bytes;          /* what one launch reads */
+    size_t copy_bytes;
+    unsigned *sink;
+} bench_ctx;
+
+static void launch_gemv(void *c, int i, cudaStream_t s) {
+    bench_ctx *b = c;
+    nf_gemv_job j = b->job;
+    uint8_t *w = b->copies[i % b->ncopies];
+    j.w[0] = w;
+    if (j.w[1]) j.w[1] = w + b->matrix_bytes;
+    if (b->ids) j.ids = b->ids + (size_t)i * j.nvec;
+    if (nf_cuda_gemv_run(&j, s)) nf_die("%s", nf_error());
+}
+static void launch_probe(void *c, int i, cudaStream_t s) {
+    bench_ctx *b = c;
+    const uint8_t *w = b->copies[i % b->ncopies];
+    /* one copy (expert jobs read scattered experts of a large tensor): consecutive windows of it */
+    const size_t n = b->read_bytes / 16 * 16, span = b->copy_bytes - n;
+    const size_t off = b->ncopies == 1 && span ? ((size_t)i * n) % span / 16 * 16 : 0;
+    if (nf_cuda_read_launch(w + off, n, b->sink, s)) nf_die("%s", nf_error());
+}
+
+static void bench_case(FILE *csv, const char *name, uint32_t type, int64_t rows, int64_t cols, int64_t slices, int nmat,
+                       int nvec, int xdiv, int use_ids, cudaStream_t s, unsigned *sink) {
+    const size_t rb = nf_row_bytes(type, cols);
+    const size_t matrix_bytes = rb * (size_t)rows * (size_t)slices;
+    bench_ctx b;
+    memset(&b, 0, sizeof b);
+    b.matrix_bytes = matrix_bytes;
+    b.sink = sink;
+    const size_t copy_bytes = matrix_bytes * (size_t)nmat;
+    b.copy_bytes = copy_bytes;
+    b.read_bytes = use_ids ? rb * (size_t)rows * (size_t)nvec * (size_t)nmat : copy_bytes;
+    b.ncopies = (int)(512e6 / (double)b.read_bytes) + 1; /* what 20 launches read exceeds 8x the 60 MB L2 */
+    if (b.ncopies > 20) b.ncopies = 20;
+    if (use_ids) b.ncopies = 1;                           /* random experts of a large tensor instead */
+    rowset rs = make_rows(type, cols, 256);
+    b.copies = nf_xcalloc((size_t)b.ncopies, sizeof(uint8_t *));
+    uint8_t *first = NULL;
+    for (int c = 0; c < b.ncopies; c++) {
+        if (!c) {
+            CHECK(cudaMalloc((void **)&b.copies[0], copy_bytes));
+            for (int m = 0; m < nmat; m++) {
+                uint8_t *d = upload_weights(&rs, m, slices, rows, 0);
+                CHECK(cudaMemcpy(b.copies[0] + m * matrix_bytes, d, matrix_bytes, cudaMemcpyDeviceToDevice));
+                cudaFree(d);
+            }
+            first = b.copies[0];
+        } else {
+            CHECK(cudaMalloc((void **)&b.copies[c], copy_bytes));
+            CHECK(cudaMemcpy(b.copies[c], first, copy_bytes, cudaMemcpyDeviceToDevice));
+        }
+    }
+    free_rows(&rs);
+    const int nx = (nvec + xdiv - 1) / xdiv;
+    float *dx, *dy;
+    CHECK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)nx * cols));
+    float *hx = nf_xmalloc(sizeof(float) * (size_t)nx * cols);
+    for (int64_t i = 0; i < nx * cols; i++) hx[i] = gauss();
+    CHECK(cudaMemcpy(dx, hx, sizeof(float) * (size_t)nx * cols, cudaMemcpyHostToDevice));
+    free(hx);
+    CHECK(cudaMalloc((void **)&dy, sizeof(float) * (size_t)nvec * rows * nmat));
+    if (use_ids) {
+        /* distinct experts within a launch, as the router picks them, and none used twice in the 20 launches
+         * of a graph (a shuffled list) so that no launch finds its weights in L2 */
+        if (slices < 20 * nvec) nf_die("test_gemv: %lld experts are too few for the bench", (long long)slices);
+        int32_t *perm = nf_xmalloc(sizeof(int32_t) * (size_t)slices), *h = nf_xmalloc(sizeof(int32_t) * 20 * nvec);
+        for (int64_t e = 0; e < slices; e++) perm[e] = (int32_t)e;
+        for (int64_t e = slices - 1; e > 0; e--) {
+            const int64_t o = (int64_t)(rng() % (uint64_t)(e + 1));
+            const int32_t t = perm[e];
+            perm[e] = perm[o];
+            perm[o] = t;
+        }
+        for (int i = 0; i < 20 * nvec; i++) h[i] = perm[i];
+        free(perm);
+        CHECK(cudaMalloc((void **)&b.ids, sizeof(int32_t) * 20 * nvec));
+        CHECK(cudaMemcpy(b.ids, h, sizeof(int32_t) * 20 * nvec, cudaMemcpyHostToDevice));
+        free(h);
+    }
+    nf_gemv_job *j = &b.job;
+    j->type = type;
+    j->rows = rows;
+    j->cols = cols;
+    j->slice_bytes = rb * (size_t)rows;
+    j->w[0] = first;
+    j->w[1] = nmat > 1 ? first + matrix_bytes : NULL;
+    j->y[0] = dy;
+    j->y[1] = nmat > 1 ? dy + (size_t)nvec * rows : NULL;
+    j->x = dx;
+    j->ldx = cols;
+    j->xdiv = xdiv;
+    j->ldy = rows;
+    j->nvec = nvec;
+    const timing tg = time_graph(launch_gemv, &b, (double)b.read_bytes, s);
+    const timing tp = time_graph(launch_probe, &b, (double)b.read_bytes, s);
+    const double frac = tp.us / tg.us;
+    printf("bench %-10s %-8s %6lldx%-5lld x%-3lld nmat %d nvec %d  %9.2f us %7.0f GB/s | probe %9.2f us %7.0f GB/s | %5.1f%%\n",
+           name, nf_type_get(type)->name, (long long)rows, (long long)cols, (long long)slices, nmat, nvec, tg.us, tg.gbps,
+           tp.us, tp.gbps, 100 * frac);
+    if (csv) {
+        fprintf(csv, "%s,%s,%lld,%lld,%lld,%d,%d,%zu,%.3f,%.1f,%.3f,%.1f,%.4f\n", name, nf_type_get(type)->name,
+                (long long)rows, (long long)cols, (long long)slices, nmat, nvec, b.read_bytes, tg.us, tg.gbps, tp.us,
+                tp.gbps, frac);
+        fflush(csv);
+    }
+    for (int c = 0; c < b.ncopies; c++) cudaFree(b.copies[c]);
+    free(b.copies);
+    if (b.ids) cudaFree(b.ids);
+    cudaFree(dx); cudaFree(dy);
+}
+
+static void bench_probe(FILE *csv, size_t bytes, cudaStream_t s, unsigned *sink) {
+    bench_ctx b;
+    memset(&b, 0, sizeof b);
+    uint8_t *d;
+    CHECK(cudaMalloc((void **)&d, bytes));
+    CHECK(cudaMemset(d, 1, bytes));
+    b.copies = &d;
+    b.ncopies = 1;
+    b.read_bytes = bytes;
+    b.copy_bytes = bytes;
+    b.sink = sink;
+    const timing t = time_graph(launch_probe, &b, (double)bytes, s);
+    printf("bench probe      %zu bytes  %9.2f us %7.0f GB/s\n", bytes, t.us, t.gbps);
+    if (csv) fprintf(csv, "probe,-,0,0,0,0,0,%zu,%.3f,%.1f,%.3f,%.1f,1\n", bytes, t.us, t.gbps, t.us, t.gbps);
+    cudaFree(d);
+}
+
+static void run_bench(void) {
+    const char *path = getenv("NF_GEMV_CSV");
+    FILE *csv = path ? fopen(path, "w") : NULL;
+    if (path && !csv) nf_die("cannot write %s", path);
+    const char *head = "case,format,rows,cols,slices,nmat,nvec,bytes_per_run,us_per_run,gbps,probe_us,probe_gbps,fraction";
+    printf("%s\n", head);
+    if (csv) fprintf(csv, "%s\n", head);
+    cudaStream_t s;
+    CHECK(cudaStreamCreate(&s));
+    unsigned *sink;
+    CHECK(cudaMalloc((void **)&sink, sizeof *sink));
+    CHECK(cudaMemset(sink, 0, sizeof *sink));
+    bench_probe(csv, (size_t)2 << 30, s, sink);
+    for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "dense", types[i], 14336, 4096, 1, 1, 1, 1, 0, s, sink);
+    for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "head", types[i], 154880, 4096, 1, 1, 1, 1, 0, s, sink);
+    /* routed experts of one token: gate and up in one launch (shared activation), then down (one per slot) */
+    for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "gate_up", types[i], 2048, 4096, 288, 2, 8, 8, 1, s, sink);
+    for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "down", types[i], 4096, 2048, 288, 1, 8, 1, 1, s, sink);
+    /* one matrix times nvec vectors (speculative verify) */
+    static const int nv[] = {1, 2, 4, 8};
+    for (size_t i = 0; i < N_TYPES; i++)
+        for (int k = 0; k < 4; k++) bench_case(csv, "verify", types[i], 4096, 4096, 1, 1, nv[k], 1, 0, s, sink);
+    cudaFree(sink);
+    cudaStreamDestroy(s);
+    if (csv) fclose(csv);
 }
 
 int nf_gpu_test_gemv(int bench) {
     if (nf_cuda_gemv_init()) nf_die("%s", nf_error());
-    int failed = 0;
-    for (size_t i = 0; i < N_TYPES; i++) failed += !check_type(types[i]);
-    printf("gemv: %d passed, %d failed\n", (int)N_TYPES - failed, failed);
-    if (bench) {
-        const char *path = getenv("NF_GEMV_CSV");
-        FILE *csv = path ? fopen(path, "w") : NULL;
-        if (csv) fprintf(csv, "format,rows,cols,weight_bytes,us_per_run,gbps\n");
-        for (size_t i = 0; i < N_TYPES; i++) bench_type(types[i], csv);
-        if (csv) fclose(csv);
-    }
+    const int small = small_mode();
+    /* name, rows, cols, slices, nmat, nvec, xdiv, smod, ids, xkind, woff, distinct, sample */
+    const job_case full[] = {
+        {"2048x4096", 2048, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 512, 1},
+        {"4096x2048", 4096, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 512, 1},
+        {"odd_rows", 37, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 37, 1},
+        {"one_row", 1, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1},
+        {"head", 154880, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 509, 97},
+        {"gate_up", 2048, 4096, 64, 2, 8, 8, 1, 1, 0, 0, 1021, 3},
+        {"down", 4096, 2048, 64, 1, 8, 1, 1, 1, 0, 0, 1021, 3},
+        {"verify", 1000, 4096, 1, 1, 5, 1, 1, 0, 0, 0, 500, 1},
+        {"verify8", 333, 2048, 1, 1, 8, 1, 1, 0, 0, 0, 333, 1},
+        {"per_head", 70, 768, 4, 1, 8, 2, 4, 0, 0, 0, 280, 1},
+        {"plain", 33, 512, 1, 2, 3, 1, 1, 0, 0, 0, 66, 1},
+        {"x_range", 64, 4096, 1, 1, 1, 1, 1, 0, 1, 0, 64, 1},
+        {"x_zero", 16, 4096, 1, 1, 1, 1, 1, 0, 2, 0, 16, 1},
+        {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1},
+    };
+    const job_case tiny[] = {
+        {"256x4096", 256, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 256, 1},
+        {"512x2048", 512, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 512, 1},
+        {"odd_rows", 37, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 37, 1},
+        {"one_row", 1, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1},
+        {"gate_up", 96, 4096, 6, 2, 8, 8, 1, 1, 0, 0, 97, 1},
+        {"down", 128, 2048, 6, 1, 8, 1, 1, 1, 0, 0, 101, 1},
+        {"verify", 100, 4096, 1, 1, 5, 1, 1, 0, 0, 0, 100, 1},
+        {"per_head", 70, 768, 4, 1, 8, 2, 4, 0, 0, 0, 280, 1},
+        {"plain", 33, 512, 1, 2, 3, 1, 1, 0, 0, 0, 66, 1},
+        {"x_range", 40, 4096, 1, 1, 1, 1, 1, 0, 1, 0, 40, 1},
+        {"x_zero", 8, 4096, 1, 1, 1, 1, 1, 0, 2, 0, 8, 1},
+        {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1},
+    };
+    const job_case *cases = small ? tiny : full;
+    const int ncases = small ? (int)(sizeof tiny / sizeof tiny[0]) : (int)(sizeof full / sizeof full[0]);
+    int failed = 0, total = 0;
+    for (size_t i = 0; i < N_TYPES; i++)
+        for (int c = 0; c < ncases; c++) {
+            total++;
+            failed += !check_case(types[i], &cases[c]);
+        }
+    printf("gemv: %d passed, %d failed\n", total - failed, failed);
+    if (bench) run_bench();
     return failed;
 }

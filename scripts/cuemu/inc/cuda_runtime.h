@@ -13,6 +13,10 @@ typedef void *cudaMemPool_t;
 typedef enum { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault } cudaMemcpyKind;
 enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2, cudaMemPoolAttrReleaseThreshold = 4,
        cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+/* device attributes and graph capture: the values the emulation reports are placeholders */
+enum { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaStreamCaptureModeGlobal = 0 };
+typedef void *cudaGraph_t;
+typedef void *cudaGraphExec_t;
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -43,6 +47,15 @@ cudaError_t cudaGetDevice(int *d);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *p, int d);
 cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t p, int attr, void *v);
 cudaError_t cudaGetLastError(void);
+cudaError_t cudaDeviceGetAttribute(int *v, int attr, int dev);
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+/* graphs: kernels run when they are launched, so a "captured" graph is empty and launching it does nothing */
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
 #ifdef __cplusplus
 }
 #include "cuemu_dev.h"
