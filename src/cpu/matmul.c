@@ -1,9 +1,19 @@
 /* matmul.c — threaded weight × activation products for the CPU backend (see matmul.h).
  *
- * Loop order: each task owns a block of weight rows and runs every token against each row while it is hot in
- * cache, so prefill over T tokens reads the weights once. F32 rows are dotted directly; F16/BF16 rows are
- * widened to f32 first (exact); quantized rows use the formats library's nf_vec_dot against activations
- * converted once per call. */
+ * Every product is the stored weight values, exactly as nf_dequantize gives them, dotted against the f32
+ * activation in f32. Activations are never quantized (no Q8_0 / Q8_K activation as ggml does): quantizing an
+ * activation is a discontinuous function of it, so a one-ulp difference upstream (another backend's summation
+ * order, a different thread split) could move a value across a rounding boundary and change the product by a
+ * whole quantization step, which chaotic models amplify. With f32 activations a model file is a continuous
+ * function of its inputs, and two backends on the same file differ only by summation order.
+ *
+ * Loop order: each task owns a block of weight rows. For T > 1 tokens each row is decoded once into a per-task
+ * f32 buffer (F32 rows are used in place) and every token is dotted against it with nf_dot_f32 while it is hot
+ * in cache, so prefill reads and decodes the weights once. For one token (decode) a quantized row goes through
+ * nf_vec_dot_f32 instead, whose AVX2 kernels decode each block in registers and use nf_dot_f32's accumulators
+ * and order (vector k of every 32 values into accumulator k, then ((s0 + s1) + (s2 + s3))), so the result is
+ * the same bits and a token's output does not depend on the chunk size: prefill, chunked prefill and decode
+ * stay bit-identical (tests/c/test_forward_ops.c checks both paths against nf_dot_f32 of the dequantized row). */
 #include "cpu/matmul.h"
 
 #include <stdlib.h>
@@ -63,33 +73,6 @@ float nf_dot_f32(const float *a, const float *b, int64_t n) {
     return acc;
 }
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-/* Q8_0 weight row · Q8_0 activation (34-byte blocks: f16 scale, 32 x int8), AVX2; same sum as nf_vec_dot. */
-static float dot_q8_0_avx2(int64_t n, const void *w, const void *x) {
-    const uint8_t *a = w, *b = x;
-    __m256 acc = _mm256_setzero_ps();
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t i = 0; i < n / 32; i++, a += 34, b += 34) {
-        uint16_t ha, hb;
-        memcpy(&ha, a, 2);
-        memcpy(&hb, b, 2);
-        __m256i qa = _mm256_loadu_si256((const __m256i *)(a + 2));
-        __m256i qb = _mm256_loadu_si256((const __m256i *)(b + 2));
-        __m256i ax = _mm256_sign_epi8(qa, qa);
-        __m256i sy = _mm256_sign_epi8(qb, qa);
-        __m256i p16 = _mm256_maddubs_epi16(ax, sy);
-        __m256i p32 = _mm256_madd_epi16(p16, ones);
-        float d = _cvtsh_ss(ha) * _cvtsh_ss(hb);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(d), acc);
-    }
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-#define HAVE_Q8_0_AVX2 1
-#endif
-
 void nf_mat_row_f32(const nf_mat *w, int64_t r, float *out) {
     const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
     if (w->type == NF_TYPE_F32) memcpy(out, row, (size_t)w->n * sizeof(float));
@@ -99,8 +82,6 @@ void nf_mat_row_f32(const nf_mat *w, int64_t r, float *out) {
 typedef struct {
     const nf_mat *w;
     const float *x;
-    const void *xq;       /* quantized activations, T rows of xq_bytes */
-    size_t xq_bytes;
     int T;
     int64_t ldx, ldy;
     float *y;
@@ -109,38 +90,29 @@ typedef struct {
 
 static void mm_rows(const mm_job *j, int64_t r0, int64_t r1) {
     const nf_mat *w = j->w;
-    uint32_t type = w->type;
-    const nf_type_info *ti = nf_type_get(type);
-    if (type == NF_TYPE_F32) {
+    if (w->type == NF_TYPE_F32) {
         for (int64_t r = r0; r < r1; r++) {
             const float *row = (const float *)((const char *)w->data + (size_t)r * w->row_bytes);
             for (int t = 0; t < j->T; t++) j->y[t * j->ldy + r] = nf_dot_f32(row, j->x + t * j->ldx, w->n);
         }
-    } else if (!ti->quantized) {
-        float *buf = malloc((size_t)w->n * sizeof(float));
-        if (!buf) abort();
-        for (int64_t r = r0; r < r1; r++) {
-            nf_mat_row_f32(w, r, buf);
-            for (int t = 0; t < j->T; t++) j->y[t * j->ldy + r] = nf_dot_f32(buf, j->x + t * j->ldx, w->n);
-        }
-        free(buf);
-    } else {
-#ifdef HAVE_Q8_0_AVX2
-        if (type == NF_TYPE_Q8_0) {
-            for (int64_t r = r0; r < r1; r++) {
-                const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
-                for (int t = 0; t < j->T; t++)
-                    j->y[t * j->ldy + r] = dot_q8_0_avx2(w->n, row, (const char *)j->xq + (size_t)t * j->xq_bytes);
-            }
-            return;
-        }
-#endif
-        for (int64_t r = r0; r < r1; r++) {
-            const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
-            for (int t = 0; t < j->T; t++)
-                j->y[t * j->ldy + r] = nf_vec_dot(type, w->n, row, (const char *)j->xq + (size_t)t * j->xq_bytes);
-        }
+        return;
     }
+#if defined(__AVX2__) && defined(__FMA__)
+    /* one token: the fused kernels decode each block in registers (no buffer round trip); their sum is
+     * nf_dot_f32's on the dequantized row, bit for bit (same accumulators, same order) */
+    if (j->T == 1 && nf_type_get(w->type)->quantized) {
+        for (int64_t r = r0; r < r1; r++)
+            j->y[r] = nf_vec_dot_f32(w->type, w->n, (const char *)w->data + (size_t)r * w->row_bytes, j->x);
+        return;
+    }
+#endif
+    float *buf = malloc((size_t)w->n * sizeof(float));
+    if (!buf) abort();
+    for (int64_t r = r0; r < r1; r++) {
+        nf_mat_row_f32(w, r, buf);
+        for (int t = 0; t < j->T; t++) j->y[t * j->ldy + r] = nf_dot_f32(buf, j->x + t * j->ldx, w->n);
+    }
+    free(buf);
 }
 
 static void mm_task(void *ctx, int64_t task, int thread) {
@@ -152,23 +124,9 @@ static void mm_task(void *ctx, int64_t task, int thread) {
     mm_rows(j, r0, r1);
 }
 
-static void *prepare_activations(const nf_mat *w, const float *x, int T, int64_t ldx, size_t *bytes) {
-    uint32_t at = nf_vec_dot_type(w->type);
-    *bytes = nf_row_bytes(at, w->n);
-    void *xq = malloc(*bytes * (size_t)T + 64);
-    if (!xq) abort();
-    for (int t = 0; t < T; t++) nf_quantize_activation(w->type, x + t * ldx, (char *)xq + (size_t)t * *bytes, w->n);
-    return xq;
-}
-
 static void matmul_impl(nf_pool *pool, const nf_mat *w, const float *x, int T, int64_t ldx, float *y, int64_t ldy) {
     if (T <= 0 || w->rows <= 0) return;
     mm_job j = {.w = w, .x = x, .T = T, .ldx = ldx, .ldy = ldy, .y = y};
-    void *xq = NULL;
-    if (nf_type_get(w->type)->quantized) {
-        xq = prepare_activations(w, x, T, ldx, &j.xq_bytes);
-        j.xq = xq;
-    }
     int nt = nf_pool_size(pool);
     double work = (double)w->rows * (double)w->n * (double)T;
     if (!pool || nt == 1 || work < 131072.0 || w->rows < 2) {
@@ -180,7 +138,6 @@ static void matmul_impl(nf_pool *pool, const nf_mat *w, const float *x, int T, i
         tasks = (w->rows + j.rows_per_task - 1) / j.rows_per_task;
         nf_pool_run(pool, tasks, mm_task, &j);
     }
-    free(xq);
 }
 
 void nf_matmul(nf_pool *pool, const nf_mat *w, const float *x, int T, int64_t ldx, float *y, int64_t ldy) {

@@ -2,9 +2,9 @@
  *
  * A weight matrix is `rows` rows of `n` contiguous values of one nf_type (ggml order {n, rows}); a 3-D
  * tensor {n, rows, k} is k such matrices and nf_mat_slice picks one (an expert, an MLA head). Activations are
- * f32 rows. For F32/F16/BF16 weights the dot product is done in f32 against the f32 activation (exact with
- * respect to the stored weights, which is what the reference comparisons need); for block-quantized weights
- * the activation is first converted to the weight type's dot partner (Q8_0 / Q8_K) as ggml does. */
+ * f32 rows. For every weight type, quantized ones included, the product is the stored weight values exactly as
+ * nf_dequantize gives them dotted against the f32 activation in f32; activations are never quantized (ggml's
+ * Q8_0 / Q8_K activations would make the forward discontinuous in its inputs; see matmul.c). */
 #ifndef NF_CPU_MATMUL_H
 #define NF_CPU_MATMUL_H
 

@@ -19,8 +19,8 @@ extern "C" {
  * (nf_error(): no device, out of device memory, a tensor type without a GPU kernel...). */
 nf_backend *nf_backend_cuda_create(const nf_model *m, int device);
 
-/* Diagnostic: GPU activation quantization and quantized products against the CPU formats code on random
- * data; prints one line per check, returns the number of failures. */
+/* Diagnostic: the GPU product of every non-f32 weight type against the CPU's dequantize-and-dot (double) on
+ * random data; prints one line per type, returns the number of failures. */
 int nf_cuda_selftest(void);
 
 #ifdef __cplusplus

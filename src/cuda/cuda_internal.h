@@ -4,12 +4,13 @@
  * the model's tensor data (uploaded once: a tensor's device address is its offset inside the mapped file's
  * tensor region), f32 device copies of small non-f32 vectors, and a pinned staging buffer for token ids.
  * Each block lives in its own file (cuda_hc.cu, cuda_kda.cu, cuda_mla.cu, cuda_indexer.cu, cuda_moe.cu);
- * cuda_matmul.cu decodes the stored formats (matrix products, activation quantization, row dequantization);
+ * cuda_matmul.cu decodes the stored formats (matrix products, row dequantization);
  * cuda_norm.cu holds the row-wise helpers; cuda_state.cu the device sequence state.
  *
  * Numerics follow the CPU reference (src/cpu) operation by operation so that the two backends can be
- * compared tightly: reductions of squares in double, quantized matrices dotted against activations quantized
- * exactly as the CPU does (Q8_0 / Q8_K, bit-identical quantization), integer sums per block, and the same
+ * compared tightly: reductions of squares in double, every weight (quantized ones included) decoded to exactly
+ * nf_dequantize's f32 value and dotted against the f32 activation (activations are never quantized, so the
+ * forward is continuous in its inputs and a summation-order ulp cannot flip a rounding step), and the same
  * orders of accumulation where the CPU's order is sequential (KDA recurrence, attention sums, expert sums). */
 #ifndef NF_CUDA_INTERNAL_H
 #define NF_CUDA_INTERNAL_H
@@ -95,8 +96,8 @@ int nf_cuda_formats_init(void);
 int nf_cuda_mat_supported(uint32_t type);
 /* General product: for each vector v < nvec,
  *   y[v*ldy + r] = W_s[r,:] . x[(v/xdiv)*ldx + :],   s = ids ? ids[v] : v % smod   (r < rows)
- * where W_s is matrix s of a 3-D tensor. Quantized weights dot against the activation rows quantized as the
- * CPU does (nf_vec_dot_type); float weights dot in f32. All pointers are device pointers. */
+ * where W_s is matrix s of a 3-D tensor. Every weight type is dequantized (nf_dequantize's values) and dotted
+ * with the f32 activation in f32. All pointers are device pointers. */
 int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t ldx, int xdiv, int smod,
                       const int32_t *ids, float *y, int64_t ldy, int nvec);
 /* y[t*ldy + r] = W[r,:] . x[t*ldx + :] for t < T */

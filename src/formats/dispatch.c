@@ -4,7 +4,8 @@
  * Every entry point validates the type and the element count first (bad input sets nf_error and returns the
  * documented failure value; it never crashes). The dot products pair each weight type with the activation
  * format ggml uses (nf_vec_dot_type): plain floats keep f32 activations, Q8_0 pairs with Q8_0, and the K-quants
- * and IQ2_XXS pair with Q8_K. nf_vec_dot_f32 instead dequantizes a block at a time and dots in f32. */
+ * and IQ2_XXS pair with Q8_K. nf_vec_dot_f32 instead dots the dequantized weight values with an f32 vector in
+ * f32 (the family files' nf_dotf_<t> kernels); the CPU backend's matmul uses only that one. */
 #include "formats/quants.h"
 #include "util/error.h"
 
@@ -29,12 +30,32 @@ int nf_dequantize(uint32_t type, const void *src, float *dst, int64_t n) {
     case NF_TYPE_F32: memcpy(dst, src, (size_t)n * 4); break;
     case NF_TYPE_F16: {
         const uint8_t *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = nf_f16_to_f32(nf_ld16(s + 2 * i));
+        int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+        /* the hardware conversion equals nf_f16_to_f32 except on nan payloads (it quiets signalling nans):
+         * groups holding an inf/nan bit pattern take the plain conversion */
+        const __m128i expo = _mm_set1_epi16(0x7c00);
+        for (; i + 8 <= n; i += 8) {
+            const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(s + 2 * i));
+            if (_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(h, expo), expo)))
+                for (int k = 0; k < 8; k++) dst[i + k] = nf_f16_to_f32(nf_ld16(s + 2 * (i + k)));
+            else
+                _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+        }
+#endif
+        for (; i < n; i++) dst[i] = nf_f16_to_f32(nf_ld16(s + 2 * i));
         break;
     }
     case NF_TYPE_BF16: {
         const uint8_t *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = nf_bf16_to_f32(nf_ld16(s + 2 * i));
+        int64_t i = 0;
+#if defined(__AVX2__)
+        for (; i + 8 <= n; i += 8) {
+            const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(s + 2 * i)));
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+        }
+#endif
+        for (; i < n; i++) dst[i] = nf_bf16_to_f32(nf_ld16(s + 2 * i));
         break;
     }
     case NF_TYPE_Q8_0: nf_dequant_q8_0(src, dst, n / NF_QK8_0); break;
@@ -176,20 +197,13 @@ float nf_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *x_act)
     }
 }
 
-float nf_vec_dot_f32(uint32_t type, int64_t n, const void *w_row, const float *x) {
-    if (check(type, n, "vec_dot_f32")) return NAN;
-    switch (type) {
-    case NF_TYPE_F32: return dot_f32(w_row, x, n);
-    case NF_TYPE_F16: return dot_f16(w_row, x, n);
-    case NF_TYPE_BF16: return dot_bf16(w_row, x, n);
-    default: break;
-    }
+float nf_dotf_blocks(uint32_t type, int64_t nb, const void *w_row, const float *x) {
     const nf_type_info *ti = nf_type_get(type);
     const int64_t bs = ti->block_size;
     const uint8_t *w = w_row;
     float buf[NF_QK_K];
     float acc[LANES] = {0};
-    for (int64_t i = 0; i < n; i += bs, w += ti->block_bytes, x += bs) {
+    for (int64_t i = 0; i < nb; i++, w += ti->block_bytes, x += bs) {
         nf_dequantize(type, w, buf, bs);
         for (int64_t k = 0; k < bs; k += LANES)
             for (int j = 0; j < LANES; j++) acc[j] += buf[k + j] * x[k + j];
@@ -197,4 +211,20 @@ float nf_vec_dot_f32(uint32_t type, int64_t n, const void *w_row, const float *x
     float s = 0.0f;
     for (int j = 0; j < LANES; j++) s += acc[j];
     return s;
+}
+
+float nf_vec_dot_f32(uint32_t type, int64_t n, const void *w_row, const float *x) {
+    if (check(type, n, "vec_dot_f32")) return NAN;
+    const int64_t nbk = n / NF_QK_K;
+    switch (type) {
+    case NF_TYPE_F32: return dot_f32(w_row, x, n);
+    case NF_TYPE_F16: return dot_f16(w_row, x, n);
+    case NF_TYPE_BF16: return dot_bf16(w_row, x, n);
+    case NF_TYPE_Q8_0: return nf_dotf_q8_0(n / NF_QK8_0, w_row, x);
+    case NF_TYPE_Q4_K: return nf_dotf_q4_k(nbk, w_row, x);
+    case NF_TYPE_Q6_K: return nf_dotf_q6_k(nbk, w_row, x);
+    case NF_TYPE_Q2_K: return nf_dotf_q2_k(nbk, w_row, x);
+    case NF_TYPE_IQ2_XXS: return nf_dotf_iq2_xxs(nbk, w_row, x);
+    default: return nf_dotf_blocks(type, n / nf_type_get(type)->block_size, w_row, x);
+    }
 }

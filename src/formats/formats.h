@@ -87,8 +87,12 @@ void nf_quantize_activation(uint32_t type, const float *x, void *dst, int64_t n)
  * nf_vec_dot_f32; nf_quantize_activation then writes nothing). */
 float nf_vec_dot(uint32_t type, int64_t n, const void *w_row, const void *x_act);
 
-/* Dot of one weight row of any supported type with an f32 vector, in f32 (dequantize-and-dot; slow but exact
- * with respect to the stored weights). The CPU reference path uses this for F32/F16/BF16 weights. */
+/* Dot of one weight row of any supported type with an f32 vector, in f32: the values nf_dequantize gives times
+ * x, nothing else rounded (exact with respect to the stored weights). For the block-quantized types with AVX2
+ * and FMA the blocks are decoded in registers and summed with fused multiply-adds in eight-lane accumulators:
+ * values 32g+8k .. 32g+8k+7 into accumulator k (k < 4), then ((s0 + s1) + (s2 + s3)) and a lane sum
+ * (low + high half, then pairs), which is exactly the CPU matmul's nf_dot_f32 on the dequantized row. The CPU
+ * backend uses it for one-token products with quantized weights. */
 float nf_vec_dot_f32(uint32_t type, int64_t n, const void *w_row, const float *x);
 
 #endif

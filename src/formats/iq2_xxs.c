@@ -23,7 +23,7 @@
 
 static const float level_val[3] = {1.0f, 3.125f, 5.375f};   /* grid byte / 8 */
 
-void nf_dequant_iq2_xxs(const void *src, float *dst, int64_t nb) {
+void nf_dequant_iq2_xxs_scalar(const void *src, float *dst, int64_t nb) {
     const uint8_t *b = src;
     for (int64_t i = 0; i < nb; i++, b += NF_IQ2_XXS_BYTES) {
         const float d = nf_ldh(b);
@@ -42,6 +42,26 @@ void nf_dequant_iq2_xxs(const void *src, float *dst, int64_t nb) {
         }
     }
 }
+
+#if defined(__AVX2__) && defined(__FMA__)
+/* group ib (32 values): the same operations as the plain C loop ((db * grid value) times +-1, the signs from
+ * nf_iq2_signmask's 0x01 / 0xFF bytes) */
+static inline void iq2_xxs_decode(const uint8_t *b, int ib, __m256 v[4]) {
+    const uint8_t *qs = b + 2 + 8 * ib;
+    const uint32_t a = nf_ld32(qs), s = nf_ld32(qs + 4);
+    const __m256 db = _mm256_set1_ps(nf_ldh_fast(b) * (0.5f + (float)(s >> 28)) * 0.25f);
+#pragma GCC unroll 4
+    for (int l = 0; l < 4; l++) {
+        const __m256i g = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)nf_iq2xxs_grid[(a >> (8 * l)) & 0xFF]));
+        const __m256i m = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128((long long)nf_iq2_signmask[(s >> (7 * l)) & 127]));
+        v[l] = _mm256_mul_ps(_mm256_mul_ps(db, _mm256_cvtepi32_ps(g)), _mm256_cvtepi32_ps(m));
+    }
+}
+NF_AVX2_DEQUANT_DOTF(iq2_xxs, NF_IQ2_XXS_BYTES, 8, iq2_xxs_decode)
+#else
+void nf_dequant_iq2_xxs(const void *src, float *dst, int64_t nb) { nf_dequant_iq2_xxs_scalar(src, dst, nb); }
+float nf_dotf_iq2_xxs(int64_t nb, const void *w, const float *x) { return nf_dotf_blocks(NF_TYPE_IQ2_XXS, nb, w, x); }
+#endif
 
 /* ---- grid index structures for the quantizer ---- */
 

@@ -22,7 +22,7 @@ static inline void get_scale_min(int j, const uint8_t *s, uint8_t *sc, uint8_t *
     }
 }
 
-void nf_dequant_q4_k(const void *src, float *dst, int64_t nb) {
+void nf_dequant_q4_k_scalar(const void *src, float *dst, int64_t nb) {
     const uint8_t *b = src;
     for (int64_t i = 0; i < nb; i++, b += NF_Q4_K_BYTES) {
         const float d = nf_ldh(b), min = nf_ldh(b + 2);
@@ -38,6 +38,27 @@ void nf_dequant_q4_k(const void *src, float *dst, int64_t nb) {
         }
     }
 }
+
+#if defined(__AVX2__) && defined(__FMA__)
+/* sub-block j (32 values): the same operations as the plain C loop (scale times q, then minus the min, unfused) */
+static inline void q4_k_decode(const uint8_t *b, int j, __m256 v[4]) {
+    uint8_t sc, m;
+    get_scale_min(j, b + 4, &sc, &m);
+    const __m256 dj = _mm256_set1_ps(nf_ldh_fast(b) * (float)sc), mj = _mm256_set1_ps(nf_ldh_fast(b + 2) * (float)m);
+    const uint8_t *q = b + 16 + 32 * (j / 2);
+    const __m128i shift = _mm_cvtsi32_si128(4 * (j & 1));
+    const __m256i low4 = _mm256_set1_epi32(0xF);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        const __m256i u = _mm256_and_si256(_mm256_srl_epi32(nf_avx2_u8x8(q + 8 * g), shift), low4);
+        v[g] = _mm256_sub_ps(_mm256_mul_ps(dj, _mm256_cvtepi32_ps(u)), mj);
+    }
+}
+NF_AVX2_DEQUANT_DOTF(q4_k, NF_Q4_K_BYTES, 8, q4_k_decode)
+#else
+void nf_dequant_q4_k(const void *src, float *dst, int64_t nb) { nf_dequant_q4_k_scalar(src, dst, nb); }
+float nf_dotf_q4_k(int64_t nb, const void *w, const float *x) { return nf_dotf_blocks(NF_TYPE_Q4_K, nb, w, x); }
+#endif
 
 static void set_scale_min(int j, uint8_t *s, int sc, int m) {
     if (j < 4) {

@@ -11,7 +11,7 @@
  * (scripts/check_quants_vs_ggml.py); with one, our own refinement follows (refit below). */
 #include "formats/quants.h"
 
-void nf_dequant_q6_k(const void *src, float *dst, int64_t nb) {
+void nf_dequant_q6_k_scalar(const void *src, float *dst, int64_t nb) {
     const uint8_t *b = src;
     for (int64_t i = 0; i < nb; i++, b += NF_Q6_K_BYTES) {
         const float d = nf_ldh(b + 208);
@@ -32,6 +32,31 @@ void nf_dequant_q6_k(const void *src, float *dst, int64_t nb) {
         }
     }
 }
+
+#if defined(__AVX2__) && defined(__FMA__)
+/* sub-block j (32 values: half j/4, quarter k = j%4 of the plain C loop's q1..q4): the same operations as the
+ * plain C loop ((d * scale) * q; values l < 16 and l >= 16 have their own scale) */
+static inline void q6_k_decode(const uint8_t *b, int j, __m256 v[4]) {
+    const int n = j / 4, k = j % 4;
+    const uint8_t *ql = b + 64 * n + 32 * (k & 1), *qh = b + 128 + 32 * n;
+    const int8_t *sc = (const int8_t *)(b + 192 + 8 * n + 2 * k);
+    const float d = nf_ldh_fast(b + 208);
+    const __m256 d0 = _mm256_set1_ps(d * (float)sc[0]), d1 = _mm256_set1_ps(d * (float)sc[1]);
+    const __m128i lshift = _mm_cvtsi32_si128(4 * (k >> 1)), hshift = _mm_cvtsi32_si128(2 * k);
+    const __m256i low4 = _mm256_set1_epi32(0xF), three = _mm256_set1_epi32(3), off = _mm256_set1_epi32(32);
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(nf_avx2_u8x8(ql + 8 * g), lshift), low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srl_epi32(nf_avx2_u8x8(qh + 8 * g), hshift), three);
+        const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), off);
+        v[g] = _mm256_mul_ps(g < 2 ? d0 : d1, _mm256_cvtepi32_ps(q));
+    }
+}
+NF_AVX2_DEQUANT_DOTF(q6_k, NF_Q6_K_BYTES, 8, q6_k_decode)
+#else
+void nf_dequant_q6_k(const void *src, float *dst, int64_t nb) { nf_dequant_q6_k_scalar(src, dst, nb); }
+float nf_dotf_q6_k(int64_t nb, const void *w, const float *x) { return nf_dotf_blocks(NF_TYPE_Q6_K, nb, w, x); }
+#endif
 
 /* Importance-vector path only (ggml's reference method, reproduced exactly by the weights-only path, has no
  * such step). Two rounds of: move each sub-block's int8 scale code by at most one step where that lowers its

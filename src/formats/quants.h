@@ -5,10 +5,15 @@
  * All multi-byte fields are little-endian, as in ggml files; we assume a little-endian host.
  *
  * Each family file provides, for a whole number `nb` of blocks:
- *   nf_dequant_<t>(src, dst, nb)            exact ggml dequantization (same float operations, same order)
+ *   nf_dequant_<t>(src, dst, nb)            exact ggml dequantization (same float operations, same order; AVX2
+ *                                           where available: the CPU matmul dots every quantized row through it)
+ *   nf_dequant_<t>_scalar(src, dst, nb)     the same in plain C (fallback; tests require identical bits)
  *   nf_quant_<t>(src, dst, nb, qw)          reference quantizer; qw = per-element importance or NULL
  *   nf_dot_<t>(nb, w, x)                    dot with the activation format of that type (AVX2 where available)
- *   nf_dot_<t>_scalar(nb, w, x)             the same in plain C (fallback; tests compare the two) */
+ *   nf_dot_<t>_scalar(nb, w, x)             the same in plain C (fallback; tests compare the two)
+ *   nf_dotf_<t>(nb, w, x)                   dot with an f32 vector x: the nf_dequant_<t> values times x, summed in
+ *                                           f32 (AVX2+FMA: decoded in registers, fused multiply-add; otherwise
+ *                                           nf_dotf_blocks). nf_vec_dot_f32 routes here; the CPU matmul uses it. */
 #ifndef NF_FORMATS_QUANTS_H
 #define NF_FORMATS_QUANTS_H
 
@@ -90,6 +95,45 @@ static inline float nf_avx2_hsum_ps(__m256 v) {
     r = _mm_add_ss(r, _mm_movehdup_ps(r));
     return _mm_cvtss_f32(r);
 }
+/* Loads of 8 bytes widened to 8 int32 lanes. */
+static inline __m256i nf_avx2_u8x8(const uint8_t *p) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+}
+static inline __m256i nf_avx2_i8x8(const uint8_t *p) {
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p));
+}
+/* The AVX2 dequantizer and f32 dot of a family, from its decoder DECODE(block, sub, v): sub-block `sub` (32
+ * values) of a block, as four vectors of 8 values computed with exactly the plain C dequantizer's float
+ * operations. The dequantizer stores them; the dot multiplies them into x with fused multiply-adds, vector k
+ * of every sub-block into accumulator k, summed ((s0 + s1) + (s2 + s3)) at the end. */
+#define NF_AVX2_DEQUANT_DOTF(T, BLOCK_BYTES, SUBS, DECODE)                                                     \
+    void nf_dequant_##T(const void *src, float *dst, int64_t nb) {                                           \
+        const uint8_t *b = src;                                                                              \
+        for (int64_t i = 0; i < nb; i++, b += (BLOCK_BYTES))                                                 \
+            _Pragma("GCC unroll 8") for (int j = 0; j < (SUBS); j++, dst += 32) {                                                    \
+                __m256 v[4];                                                                                 \
+                DECODE(b, j, v);                                                                             \
+                _mm256_storeu_ps(dst, v[0]);                                                                 \
+                _mm256_storeu_ps(dst + 8, v[1]);                                                             \
+                _mm256_storeu_ps(dst + 16, v[2]);                                                            \
+                _mm256_storeu_ps(dst + 24, v[3]);                                                            \
+            }                                                                                                \
+    }                                                                                                        \
+    float nf_dotf_##T(int64_t nb, const void *w, const float *x) {                                           \
+        const uint8_t *b = w;                                                                                \
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(),                \
+               s3 = _mm256_setzero_ps();                                                                     \
+        for (int64_t i = 0; i < nb; i++, b += (BLOCK_BYTES))                                                 \
+            _Pragma("GCC unroll 8") for (int j = 0; j < (SUBS); j++, x += 32) {                                                      \
+                __m256 v[4];                                                                                 \
+                DECODE(b, j, v);                                                                             \
+                s0 = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(x), s0);                                          \
+                s1 = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(x + 8), s1);                                      \
+                s2 = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(x + 16), s2);                                     \
+                s3 = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(x + 24), s3);                                     \
+            }                                                                                                \
+        return nf_avx2_hsum_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));                 \
+    }
 /* int16 vector holding scale a in lanes 0-7 and scale b in lanes 8-15 (two 16-value sub-blocks) */
 static inline __m256i nf_avx2_scales2(int a, int b) {
     return _mm256_setr_epi16((short)a, (short)a, (short)a, (short)a, (short)a, (short)a, (short)a, (short)a,
@@ -108,12 +152,18 @@ float nf_make_qx_quants(int n, int nmax, const float *x, int8_t *L, int rmse_typ
 float nf_make_qkx2_quants(int n, int nmax, const float *x, const float *weights, uint8_t *L, float *the_min,
                           uint8_t *Laux, float rmin, float rdelta, int nstep, int use_mad);
 
+/* Plain C dot of nb blocks of `type` with f32 x: each block dequantized (nf_dequantize), then accumulated in
+ * f32 (dispatch.c; the fallback of the nf_dotf_<t> kernels). */
+float nf_dotf_blocks(uint32_t type, int64_t nb, const void *w, const float *x);
+
 /* IQ2_XXS tables (iq2_tables.c). */
 extern const uint64_t nf_iq2xxs_grid[256];
 extern const uint8_t nf_iq2_ksigns[128];
 extern const uint64_t nf_iq2_signmask[128];
 
 void nf_dequant_q8_0(const void *src, float *dst, int64_t nb);
+void nf_dequant_q8_0_scalar(const void *src, float *dst, int64_t nb);
+float nf_dotf_q8_0(int64_t nb, const void *w, const float *x);
 void nf_quant_q8_0(const float *src, void *dst, int64_t nb);
 float nf_dot_q8_0(int64_t nb, const void *w, const void *x);
 float nf_dot_q8_0_scalar(int64_t nb, const void *w, const void *x);
@@ -123,21 +173,29 @@ void nf_quant_q8_k(const float *src, void *dst, int64_t nb);
 float nf_dot_q8_k(int64_t nb, const void *w, const void *x);
 
 void nf_dequant_q4_k(const void *src, float *dst, int64_t nb);
+void nf_dequant_q4_k_scalar(const void *src, float *dst, int64_t nb);
+float nf_dotf_q4_k(int64_t nb, const void *w, const float *x);
 void nf_quant_q4_k(const float *src, void *dst, int64_t nb, const float *qw);
 float nf_dot_q4_k(int64_t nb, const void *w, const void *x);
 float nf_dot_q4_k_scalar(int64_t nb, const void *w, const void *x);
 
 void nf_dequant_q6_k(const void *src, float *dst, int64_t nb);
+void nf_dequant_q6_k_scalar(const void *src, float *dst, int64_t nb);
+float nf_dotf_q6_k(int64_t nb, const void *w, const float *x);
 void nf_quant_q6_k(const float *src, void *dst, int64_t nb, const float *qw);
 float nf_dot_q6_k(int64_t nb, const void *w, const void *x);
 float nf_dot_q6_k_scalar(int64_t nb, const void *w, const void *x);
 
 void nf_dequant_q2_k(const void *src, float *dst, int64_t nb);
+void nf_dequant_q2_k_scalar(const void *src, float *dst, int64_t nb);
+float nf_dotf_q2_k(int64_t nb, const void *w, const float *x);
 void nf_quant_q2_k(const float *src, void *dst, int64_t nb, const float *qw);
 float nf_dot_q2_k(int64_t nb, const void *w, const void *x);
 float nf_dot_q2_k_scalar(int64_t nb, const void *w, const void *x);
 
 void nf_dequant_iq2_xxs(const void *src, float *dst, int64_t nb);
+void nf_dequant_iq2_xxs_scalar(const void *src, float *dst, int64_t nb);
+float nf_dotf_iq2_xxs(int64_t nb, const void *w, const float *x);
 void nf_quant_iq2_xxs(const float *src, void *dst, int64_t nb, const float *qw);
 float nf_dot_iq2_xxs(int64_t nb, const void *w, const void *x);
 float nf_dot_iq2_xxs_scalar(int64_t nb, const void *w, const void *x);

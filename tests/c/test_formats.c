@@ -361,6 +361,61 @@ Test(formats, nonfinite_inputs_stay_in_their_block) {
     }
 }
 
+Test(formats, simd_dequantizers_match_plain_c) {
+    /* the AVX2 dequantizers (when built) against the plain C ones, bit for bit, on arbitrary block bytes: every
+     * nibble, grid index, sign pattern and scale code, with the f16 block scales kept finite */
+    struct { uint32_t t; void (*plain)(const void *, float *, int64_t); int scale_off[2]; } k[] = {
+        {NF_TYPE_Q8_0, nf_dequant_q8_0_scalar, {0, -1}},  {NF_TYPE_Q4_K, nf_dequant_q4_k_scalar, {0, 2}},
+        {NF_TYPE_Q6_K, nf_dequant_q6_k_scalar, {208, -1}}, {NF_TYPE_Q2_K, nf_dequant_q2_k_scalar, {80, 82}},
+        {NF_TYPE_IQ2_XXS, nf_dequant_iq2_xxs_scalar, {0, -1}},
+    };
+    const int64_t n = 4096;
+    static uint8_t w[4096 * 2];
+    static float fast[4096], plain[4096];
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        const nf_type_info *ti = nf_type_get(k[i].t);
+        const int64_t nb = n / ti->block_size;
+        for (int rep = 0; rep < 20; rep++) {
+            for (size_t j = 0; j < nf_row_bytes(k[i].t, n); j++) w[j] = (uint8_t)(urand() * 256);
+            for (int64_t b = 0; b < nb; b++)
+                for (int s = 0; s < 2; s++)
+                    if (k[i].scale_off[s] >= 0) w[b * ti->block_bytes + k[i].scale_off[s] + 1] &= 0x3b;  /* |d| < 1 */
+            cr_assert_eq(nf_dequantize(k[i].t, w, fast, n), 0);
+            k[i].plain(w, plain, nb);
+            for (int64_t j = 0; j < n; j++)
+                cr_assert(memcmp(&fast[j], &plain[j], 4) == 0, "%s value %lld: %.9g vs plain %.9g", ti->name,
+                          (long long)j, fast[j], plain[j]);
+        }
+    }
+}
+
+Test(formats, f32_dot_multiplies_exactly_the_dequantized_values) {
+    /* nf_vec_dot_f32 (the fused decode-and-multiply-add kernels) against unit vectors returns each dequantized
+     * value exactly (w*1 + sums of w*0 is exact), on arbitrary block bytes with finite scales */
+    const uint32_t ts[] = {NF_TYPE_Q8_0, NF_TYPE_Q4_K, NF_TYPE_Q6_K, NF_TYPE_Q2_K, NF_TYPE_IQ2_XXS};
+    const int scale_off[][2] = {{0, -1}, {0, 2}, {208, -1}, {80, 82}, {0, -1}};
+    const int64_t n = 512;
+    static uint8_t w[2048];
+    static float e[512], wd[512];
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        const nf_type_info *ti = nf_type_get(ts[i]);
+        for (int rep = 0; rep < 4; rep++) {
+            for (size_t j = 0; j < nf_row_bytes(ts[i], n); j++) w[j] = (uint8_t)(urand() * 256);
+            for (int64_t b = 0; b < n / ti->block_size; b++)
+                for (int s = 0; s < 2; s++)
+                    if (scale_off[i][s] >= 0) w[b * ti->block_bytes + scale_off[i][s] + 1] &= 0x3b;
+            nf_dequantize(ts[i], w, wd, n);
+            for (int64_t j = 0; j < n; j++) {
+                e[j] = 1.0f;
+                const float got = nf_vec_dot_f32(ts[i], n, w, e);
+                e[j] = 0.0f;
+                cr_assert(got == wd[j], "%s value %lld: dot with unit vector %.9g, dequantized %.9g", ti->name,
+                          (long long)j, got, wd[j]);
+            }
+        }
+    }
+}
+
 Test(formats, simd_dots_match_plain_c) {
     /* the AVX2 kernels (when built) against the plain C ones, on arbitrary block bytes: every nibble, grid
      * index, sign pattern and scale code, with the f16 block scales kept finite */

@@ -1,7 +1,7 @@
 /* test_forward_ops.c — the CPU backend's individual ops, each against a hand-checkable value or an
  * independent double-precision formulation: the mHC Sinkhorn projection, the k-pool softmax pooling, top-k
  * tie order, the KDA recurrence step against the matrix form and against HF's chunked (WY) form, the
- * threaded matmul against a naive loop, and the thread pool itself. */
+ * threaded matmul over every weight type against dequantize-then-f32-dot, and the thread pool itself. */
 #include <criterion/criterion.h>
 
 #include <math.h>
@@ -249,34 +249,50 @@ Test(forward_ops, kda_recurrence_equals_hf_chunked_form) {
     }
 }
 
-Test(forward_ops, matmul_threaded_matches_naive_for_f32_bf16_q8) {
-    const int n = 96, rows = 70, T = 5;
+Test(forward_ops, matmul_threaded_matches_naive_for_every_weight_type) {
+    /* Every weight type: the product is the dequantized weights dotted with the f32 activation (activations
+     * are never quantized). Each output must equal nf_dot_f32 of the nf_dequantize'd row bit for bit, for one
+     * token (fused kernels), five tokens (row buffer), threaded or not, and lie within f32 rounding of the
+     * double-precision dot: |y - ref| <= 1e-6 * sum |w*x| (f32 accumulation of 512 terms in 32 partial sums
+     * errs by ~2^-24 * sqrt(16) of it; quantizing the activation to Q8_0 / Q8_K instead, as ggml does, moves
+     * these dots by 1.3e-6 to 6.6e-4 of sum |w*x| (measured on 200 rows per type), so the bound rejects it). */
+    const int n = 512, rows = 70, T = 5;
     uint64_t s = 99;
     float *w = malloc(sizeof(float) * n * rows), *x = malloc(sizeof(float) * n * T);
-    float *y = malloc(sizeof(float) * rows * T), *deq = malloc(sizeof(float) * n * rows);
+    float *y = malloc(sizeof(float) * rows * T), *y1 = malloc(sizeof(float) * rows * T);
+    float *deq = malloc(sizeof(float) * n * rows);
     for (int i = 0; i < n * rows; i++) w[i] = (float)(urand(&s) - 0.5);
     for (int i = 0; i < n * T; i++) x[i] = (float)(urand(&s) - 0.5);
     nf_pool *pool = nf_pool_create(3);
-    uint32_t types[3] = {NF_TYPE_F32, NF_TYPE_BF16, NF_TYPE_Q8_0};
-    for (int ti = 0; ti < 3; ti++) {
-        size_t rb = nf_row_bytes(types[ti], n);
+    const uint32_t types[] = {NF_TYPE_F32, NF_TYPE_F16, NF_TYPE_BF16, NF_TYPE_Q8_0,
+                              NF_TYPE_Q4_K, NF_TYPE_Q6_K, NF_TYPE_Q2_K, NF_TYPE_IQ2_XXS};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t type = types[ti];
+        const char *name = nf_type_get(type)->name;
+        size_t rb = nf_row_bytes(type, n);
         void *q = malloc(rb * rows);
         for (int r = 0; r < rows; r++) {
-            if (types[ti] == NF_TYPE_F32) memcpy((char *)q + rb * r, w + r * n, rb);
-            else nf_quantize(types[ti], w + r * n, (char *)q + rb * r, n, n, NULL);
-            nf_dequantize(types[ti], (char *)q + rb * r, deq + r * n, n);
+            if (type == NF_TYPE_F32) memcpy((char *)q + rb * r, w + r * n, rb);
+            else nf_quantize(type, w + r * n, (char *)q + rb * r, n, n, NULL);
+            cr_assert_eq(nf_dequantize(type, (char *)q + rb * r, deq + r * n, n), 0);
         }
-        nf_tensor t = {.name = "w", .data = q, .type = types[ti], .n_dims = 2, .ne = {n, rows, 1, 1}};
+        nf_tensor t = {.name = "w", .data = q, .type = type, .n_dims = 2, .ne = {n, rows, 1, 1}};
         nf_mat m = nf_mat_of(&t);
         nf_matmul(pool, &m, x, T, n, y, rows);
+        for (int tt = 0; tt < T; tt++) nf_matmul_serial(&m, x + tt * n, 1, n, y1 + tt * rows, rows);
         for (int tt = 0; tt < T; tt++)
             for (int r = 0; r < rows; r++) {
-                double ref = 0;
-                for (int i = 0; i < n; i++) ref += (double)deq[r * n + i] * x[tt * n + i];
-                /* Q8_0 also quantizes the activation: allow its rounding */
-                double tol = types[ti] == NF_TYPE_Q8_0 ? 2e-2 : 1e-5;
-                cr_assert(fabs(y[tt * rows + r] - ref) < tol, "type %u t %d r %d: %g vs %g", types[ti], tt, r,
-                          y[tt * rows + r], ref);
+                const float *wr = deq + r * n, *xt = x + tt * n;
+                const float want = nf_dot_f32(wr, xt, n), got = y[tt * rows + r], got1 = y1[tt * rows + r];
+                cr_assert(got == want && got1 == want, "%s t %d r %d: T=%d %.9g, T=1 %.9g, nf_dot_f32 %.9g", name, tt,
+                          r, T, got, got1, want);
+                double ref = 0, mag = 0;
+                for (int i = 0; i < n; i++) {
+                    ref += (double)wr[i] * xt[i];
+                    mag += fabs((double)wr[i] * xt[i]);
+                }
+                cr_assert(fabs(got - ref) <= 1e-6 * mag, "%s t %d r %d: %.9g vs exact %.9g (sum |wx| %g)", name, tt, r,
+                          got, ref, mag);
             }
         free(q);
     }
@@ -284,6 +300,7 @@ Test(forward_ops, matmul_threaded_matches_naive_for_f32_bf16_q8) {
     free(w);
     free(x);
     free(y);
+    free(y1);
     free(deq);
 }
 
