@@ -37,6 +37,9 @@ def main():
     ap.add_argument("--write-baseline", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--every", type=int, default=1)
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"],
+                    help="nf-score backend (cuda: a CUDA build, e.g. --build build/cuda); the baseline is the CPU's")
+    ap.add_argument("--results", help="also write this run's per-recipe results as JSON here")
     a = ap.parse_args()
     work = os.path.join(a.build, "qa")
     os.makedirs(work, exist_ok=True)
@@ -48,7 +51,7 @@ def main():
             subprocess.run([os.path.join(a.build, "nf-quantize"), MODEL, path, "-r", r, "-q"], check=True)
         js = os.path.join(work, f"score-{r}.json")
         p = subprocess.run([os.path.join(a.build, "nf-score"), "-m", path, "--set", SET, "--every", str(a.every),
-                            "--json", js, "-q"], capture_output=True, text=True)
+                            "--backend", a.backend, "--json", js, "-q"], capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit(f"nf-score {r} failed: {p.stderr}{p.stdout}")
         d = json.load(open(js))
@@ -66,6 +69,9 @@ def main():
               f"first {x['first_match']}/{x['cases']}  prefix {x['greedy_prefix_mean']:.2f}  full {x['full_match']}  "
               f"top-k |dlp| {x['topk_mean_abs_dlogprob']:.4f}  bytes/token {x['weight_bytes_per_token'] / 1e6:.2f} MB",
               flush=True)
+    if a.results:
+        with open(a.results, "w") as f:
+            json.dump({"backend": a.backend, "every": a.every, "recipes": res}, f, indent=1)
     if a.markdown:
         print("\n| recipe | file | weight bytes / token | avg NLL (Δ vs transformers) | first-token matches | "
               "mean greedy prefix | whole continuation | mean abs Δ logprob (ref top-5) |")
@@ -77,6 +83,8 @@ def main():
                   f"{x['greedy_prefix_mean']:.2f} / {x['tokens'] / x['cases']:.1f} | {x['full_match']}/{x['cases']} | "
                   f"{x['topk_mean_abs_dlogprob']:.4f} |")
     if a.write_baseline:
+        if a.backend != "cpu":
+            sys.exit("--write-baseline records the CPU reference (--backend cpu)")
         if a.every != 1:
             sys.exit("--write-baseline needs the whole set (--every 1)")
         with open(BASELINE, "w") as f:
