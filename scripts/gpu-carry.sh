@@ -4,7 +4,7 @@
 # nf-score, nf-quantize, nf-bench) built for x86-64-v3 (not -march=native: the GPU host's CPU
 # may differ) with the third-party libraries (pcre2, jansson) and the CUDA runtime linked statically (make PORTABLE=1), so they run
 # where the image lacks a build dependency. scripts/gpu-check.sh uses them only when `make cuda` fails there.
-# Pass them with the device tool's `carry: [".gpucarry"]`.
+# Pass them with the device tool's `carry: [".gpucarry.tar.xz"]` (the archive made last).
 set -eu
 b=${CARRY_BUILD:-/tmp/nf-carrybuild}
 # the CLI tools (nf-server needs libmicrohttpd + gnutls: not carried)
@@ -17,3 +17,7 @@ mkdir -p .gpucarry
 for t in $targets; do cp "$t" .gpucarry/; done
 strip --strip-debug .gpucarry/*
 ls -la .gpucarry
+# The binaries compress ~10x; the device tool's carry limit (64 MiB with the tracked tree) is tight, so carry the
+# archive (`carry: [".gpucarry.tar.xz"]`); scripts/gpu-check.sh unpacks it.
+tar cJf .gpucarry.tar.xz -C .gpucarry .
+ls -la .gpucarry.tar.xz
