@@ -2,6 +2,7 @@
  * mla.c, indexer.c, moe.c), host memory for activations, the embedding lookup, the RMSNorm block, the
  * output head, and the cache of small tensors converted to f32 (nf_cpu_vec). */
 #include "cpu/backend_cpu.h"
+#include "model/synth.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,9 @@ static void cpu_destroy(nf_backend *be) {
 nf_backend *nf_cpu_backend_create(const nf_model *m, int n_threads) {
     const nf_hparams *hp = &m->hp;
     if (hp->hc_count < 1 || hp->hc_count > 16) return (void)nf_fail("cpu backend: hc_count %d unsupported", hp->hc_count), NULL;
+    if (m->synth && m->synth->n_virtual)   /* their host pages hold no weights (model/synth.h DEVICE mode) */
+        return (void)nf_fail("cpu backend: this synthetic model has %d tensors made only on the GPU (make it in "
+                             "NF_SYNTH_HOST mode, or materialize it, to run it on the CPU)", m->synth->n_virtual), NULL;
     nf_backend *be = calloc(1, sizeof *be);
     nf_cpu *c = calloc(1, sizeof *c);
     if (!be || !c) {

@@ -264,6 +264,12 @@ nf_layout_tensor *nf_layout_tensors_alloc(const nf_hparams *hp, int *count) {
     return t;
 }
 
+nf_tensor *nf_layout_bound(const nf_model *m, const nf_layout_tensor *t) {
+    if (t->bind == NF_BIND_MODEL) return (nf_tensor *)((char *)m + t->bind_offset);
+    if (!m->layers || t->layer < 0 || t->layer >= m->hp.n_layer + m->hp.n_nextn) return NULL;
+    return (nf_tensor *)((char *)&m->layers[t->layer] + t->bind_offset);
+}
+
 int64_t nf_layout_nelements(const nf_layout_tensor *t) {
     int64_t n = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) n *= t->ne[d];

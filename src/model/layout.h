@@ -62,6 +62,10 @@ int nf_layout_tensors(const nf_hparams *hp, nf_layout_tensor *out, int max);
 /* Same list, allocated (caller frees). NULL on error. */
 nf_layout_tensor *nf_layout_tensors_alloc(const nf_hparams *hp, int *count);
 
+/* The nf_tensor of model m that entry t binds to (strchr-style: m is written through it only by the binders) (MTP entries: the field of layers[t->layer], bound only when
+ * m->n_mtp_bound covers it). NULL when m has no such layer. */
+nf_tensor *nf_layout_bound(const nf_model *m, const nf_layout_tensor *t);
+
 /* Element count of one entry. */
 int64_t nf_layout_nelements(const nf_layout_tensor *t);
 /* Parameter count of the whole layout; `trunk_only` leaves out the MTP blocks. -1 on error. */

@@ -119,8 +119,11 @@ typedef struct {
     nf_tensor nextn_enorm, nextn_hnorm, nextn_shared_head_norm; /* {n_embd} */
 } nf_layer;
 
+struct nf_synth;
+
 typedef struct {
-    gguf_file *file;
+    gguf_file *file;                  /* NULL for a synthetic model made in memory */
+    struct nf_synth *synth;           /* synthetic model made in memory (model/synth.h), else NULL */
     nf_hparams hp;
     nf_tensor token_embd, output_norm, output;
     nf_layer *layers;                 /* hp.n_layer trunk entries, then hp.n_nextn MTP blocks (bound when complete) */
@@ -142,6 +145,10 @@ void nf_model_free(nf_model *m);
 /* The complete mismatch list of the last failed nf_model_load on this thread, one per line ("" if none);
  * nf_error() holds as many lines as fit in one message. */
 const char *nf_model_mismatches(void);
+/* Bytes of a tensor's data in its stored type (0 for an absent tensor). */
+uint64_t nf_tensor_bytes(const nf_tensor *t);
+/* Bytes of every bound tensor (globals and trunk layers; the bound MTP blocks too when include_mtp). */
+uint64_t nf_model_tensor_bytes(const nf_model *m, bool include_mtp);
 /* Print a short summary (dims, layer pattern, tensor bytes by type) to stdout. */
 void nf_model_print_summary(const nf_model *m);
 

@@ -14,6 +14,7 @@
 #include "formats/formats.h"
 #include "model/layout.h"
 #include "model/model.h"
+#include "model/synth.h"
 #include "util/error.h"
 
 static _Thread_local char *last_mismatches;
@@ -138,7 +139,7 @@ nf_model *nf_model_from_gguf(gguf_file *f) {
                 mtp_bad[k] = true;
                 continue;
             }
-            nf_tensor *dst = (nf_tensor *)((char *)&m->layers[w->layer] + w->bind_offset);
+            nf_tensor *dst = nf_layout_bound(m, w);
             dst->name = t->name;
             dst->data = t->data;
             dst->type = t->type;
@@ -175,8 +176,7 @@ nf_model *nf_model_from_gguf(gguf_file *f) {
             ok = false;
         }
         if (!ok) continue;
-        nf_tensor *dst = w->bind == NF_BIND_MODEL ? (nf_tensor *)((char *)m + w->bind_offset)
-                                                  : (nf_tensor *)((char *)&m->layers[w->layer] + w->bind_offset);
+        nf_tensor *dst = nf_layout_bound(m, w);
         dst->name = t->name;
         dst->data = t->data;
         dst->type = t->type;
@@ -216,9 +216,28 @@ nf_model *nf_model_from_gguf(gguf_file *f) {
 
 void nf_model_free(nf_model *m) {
     if (!m) return;
+    nf_synth_release(m->synth);
     gguf_close(m->file);
     free(m->layers);
     free(m);
+}
+
+uint64_t nf_tensor_bytes(const nf_tensor *t) {
+    if (!t->data || t->ne[0] <= 0) return 0;
+    int64_t ne = 1;
+    for (uint32_t d = 0; d < t->n_dims && d < 4; d++) ne *= t->ne[d];
+    return (uint64_t)nf_row_bytes(t->type, t->ne[0]) * (uint64_t)(ne / t->ne[0]);
+}
+
+uint64_t nf_model_tensor_bytes(const nf_model *m, bool include_mtp) {
+    uint64_t b = nf_tensor_bytes(&m->token_embd) + nf_tensor_bytes(&m->output_norm) + nf_tensor_bytes(&m->output);
+    _Static_assert(sizeof(nf_layer) % sizeof(nf_tensor) == 0, "nf_layer holds only nf_tensor fields");
+    int n_layers = m->hp.n_layer + (include_mtp ? m->hp.n_nextn : 0);
+    for (int l = 0; m->layers && l < n_layers; l++) {
+        const nf_tensor *ts = (const nf_tensor *)&m->layers[l];
+        for (size_t i = 0; i < sizeof(nf_layer) / sizeof(nf_tensor); i++) b += nf_tensor_bytes(&ts[i]);
+    }
+    return b;
 }
 
 static void human(char *out, size_t n, double v, const char *unit) {
@@ -230,7 +249,12 @@ static void human(char *out, size_t n, double v, const char *unit) {
 
 void nf_model_print_summary(const nf_model *m) {
     const nf_hparams *hp = &m->hp;
-    printf("model       %s\n", gguf_path(m->file));
+    if (m->file)
+        printf("model       %s\n", gguf_path(m->file));
+    else if (m->synth)
+        printf("model       synthetic, recipe %s, seed %llu, no file (%d tensors made on the GPU, %.2f GB)\n",
+               m->synth->recipe->name, (unsigned long long)m->synth->seed, m->synth->n_virtual,
+               (double)m->synth->virtual_bytes / 1e9);
     printf("arch        %s, %d trunk layers", hp->arch, hp->n_layer);
     if (hp->n_nextn) printf(" + %d MTP block%s", hp->n_nextn, hp->n_nextn > 1 ? "s" : "");
     printf("\n");
@@ -270,7 +294,7 @@ void nf_model_print_summary(const nf_model *m) {
     int64_t params[NF_TYPE_COUNT] = {0}, total = 0;
     uint64_t bytes[NF_TYPE_COUNT] = {0}, total_bytes = 0;
     int count[NF_TYPE_COUNT] = {0};
-    for (int64_t i = 0; i < gguf_tensor_count(m->file); i++) {
+    for (int64_t i = 0; m->file && i < gguf_tensor_count(m->file); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->file, i);
         long b = block_index(t->name);
         if (b >= hp->n_layer || t->type >= NF_TYPE_COUNT) continue;
@@ -278,6 +302,14 @@ void nf_model_print_summary(const nf_model *m) {
         for (uint32_t d = 0; d < t->n_dims; d++) ne *= t->ne[d];
         params[t->type] += ne; bytes[t->type] += t->size; count[t->type]++;
         total += ne; total_bytes += t->size;
+    }
+    for (int i = 0; !m->file && m->synth && i < m->synth->n_tensors; i++) {   /* the same census, no file */
+        const nf_layout_tensor *lt = &m->synth->layout[i];
+        uint32_t type = m->synth->tensors[i].type;
+        if (lt->mtp) continue;
+        int64_t ne = nf_layout_nelements(lt);
+        params[type] += ne; bytes[type] += m->synth->tensors[i].bytes; count[type]++;
+        total += ne; total_bytes += m->synth->tensors[i].bytes;
     }
     char a[32], b2[32];
     human(a, sizeof a, (double)total, "");

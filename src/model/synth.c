@@ -210,6 +210,41 @@ static void fill_task(void *ctx, int64_t task, int thread) {
     if (encode(j->type, buf, j->out + (size_t)r0 * j->row_bytes, nr, j->row_len, j->row_bytes) < 0) j->failed = 1;
 }
 
+uint64_t nf_synth_block_key(uint64_t seed, const char *name) {
+    return mix64(mix64(seed ^ 0x706f6f6c626c6bull) ^ hash_name(name));   /* "poolblk": not the values' key */
+}
+
+int nf_synth_sigma(const nf_hparams *hp, const nf_layout_tensor *t, double *sigma) {
+    dist d = pick(hp, t);
+    if (d.kind != DIST_NORMAL) return 0;
+    if (sigma) *sigma = d.a;
+    return 1;
+}
+
+uint64_t nf_synth_tensor_bytes(const nf_layout_tensor *t, uint32_t type) {
+    return (uint64_t)nf_row_bytes(type, t->ne[0]) * (uint64_t)(nf_layout_nelements(t) / t->ne[0]);
+}
+
+int nf_synth_encode(const nf_hparams *hp, const nf_layout_tensor *t, uint64_t seed, uint32_t type, uint8_t *out,
+                    nf_pool *pool) {
+    const int64_t task_elems = 1 << 16;
+    fill_job j = {hp, t, seed, type, t->ne[0], nf_layout_nelements(t) / t->ne[0], 0, nf_row_bytes(type, t->ne[0]),
+                  out, NULL, 0};
+    j.rows_per_task = task_elems / j.row_len > 0 ? task_elems / j.row_len : 1;
+    int n_threads = pool ? nf_pool_size(pool) : 1;
+    j.bufs = nf_xcalloc((size_t)n_threads, sizeof *j.bufs);
+    for (int k = 0; k < n_threads; k++) j.bufs[k] = nf_xmalloc((size_t)(j.rows_per_task * j.row_len) * sizeof(float));
+    int64_t n_tasks = (j.rows + j.rows_per_task - 1) / j.rows_per_task;
+    if (pool)
+        nf_pool_run(pool, n_tasks, fill_task, &j);
+    else
+        for (int64_t k = 0; k < n_tasks; k++) fill_task(&j, k, 0);
+    for (int k = 0; k < n_threads; k++) free(j.bufs[k]);
+    free(j.bufs);
+    if (j.failed) return nf_fail("%s: quantizing to %s failed", t->name, nf_type_get(type)->name);
+    return 0;
+}
+
 int nf_synth_write(const char *path, const nf_hparams *hp, const nf_recipe *r, uint64_t seed,
                    nf_synth_progress progress, void *ctx, int *n_fallback) {
     int n;
@@ -219,8 +254,6 @@ int nf_synth_write(const char *path, const nf_hparams *hp, const nf_recipe *r, u
     int fallbacks = 0;
     uint64_t total = 0, done = 0;
     nf_pool *pool = NULL;
-    float **bufs = NULL;
-    int n_threads = 0;
     gguf_writer *w = gguf_writer_create(path);
     if (!w) { free(lt); free(types); return -1; }
     if (nf_layout_write_hparams(hp, w) < 0) goto fail;
@@ -231,7 +264,7 @@ int nf_synth_write(const char *path, const nf_hparams *hp, const nf_recipe *r, u
         bool fb = false;
         types[i] = nf_recipe_type(r, &lt[i], &fb);
         fallbacks += fb;
-        total += nf_row_bytes(types[i], lt[i].ne[0]) * (uint64_t)(nf_layout_nelements(&lt[i]) / lt[i].ne[0]);
+        total += nf_synth_tensor_bytes(&lt[i], types[i]);
         if (gguf_writer_add_tensor(w, lt[i].name, types[i], lt[i].n_dims, lt[i].ne) < 0) goto fail;
     }
     if (gguf_writer_begin_data(w) < 0) goto fail;
@@ -239,47 +272,24 @@ int nf_synth_write(const char *path, const nf_hparams *hp, const nf_recipe *r, u
     /* Rows are generated and encoded in parallel (values do not depend on the split); one tensor is in memory. */
     pool = nf_pool_create(total > (4u << 20) ? 0 : 1);
     if (!pool) { nf_fail("cannot start worker threads"); goto fail; }
-    n_threads = nf_pool_size(pool);
-    bufs = nf_xcalloc((size_t)n_threads, sizeof *bufs);
-    size_t buf_cap = 0;
-    const int64_t task_elems = 1 << 16;
     for (int i = 0; i < n; i++) {
         const nf_layout_tensor *t = &lt[i];
-        fill_job j = {hp, t, seed, types[i], t->ne[0], nf_layout_nelements(t) / t->ne[0], 0,
-                      nf_row_bytes(types[i], t->ne[0]), NULL, bufs, 0};
-        j.rows_per_task = task_elems / j.row_len > 0 ? task_elems / j.row_len : 1;
-        size_t size = j.row_bytes * (size_t)j.rows;
-        if ((size_t)(j.rows_per_task * j.row_len) > buf_cap) {
-            buf_cap = (size_t)(j.rows_per_task * j.row_len);
-            for (int k = 0; k < n_threads; k++) {
-                free(bufs[k]);
-                bufs[k] = nf_xmalloc(buf_cap * sizeof(float));
-            }
-        }
-        j.out = malloc(size ? size : 1);
-        if (!j.out) { nf_fail("out of memory for %s (%zu bytes)", t->name, size); goto fail; }
-        nf_pool_run(pool, (j.rows + j.rows_per_task - 1) / j.rows_per_task, fill_task, &j);
-        if (j.failed) {
-            nf_fail("%s: quantizing to %s failed", t->name, nf_type_get(types[i])->name);
-            free(j.out);
-            goto fail;
-        }
-        int rc = gguf_writer_write_tensor(w, j.out, size);
-        free(j.out);
+        size_t size = (size_t)nf_synth_tensor_bytes(t, types[i]);
+        uint8_t *out = malloc(size ? size : 1);
+        if (!out) { nf_fail("out of memory for %s (%zu bytes)", t->name, size); goto fail; }
+        if (nf_synth_encode(hp, t, seed, types[i], out, pool) < 0) { free(out); goto fail; }
+        int rc = gguf_writer_write_tensor(w, out, size);
+        free(out);
         if (rc < 0) goto fail;
         done += size;
         if (progress) progress(ctx, i, n, t, done, total);
     }
-    for (int k = 0; k < n_threads; k++) free(bufs[k]);
-    free(bufs);
     nf_pool_free(pool);
     free(lt);
     free(types);
     if (n_fallback) *n_fallback = fallbacks;
     return gguf_writer_finish(w);
 fail:
-    for (int k = 0; bufs && k < n_threads; k++) free(bufs[k]);
-    free(bufs);
     if (pool) nf_pool_free(pool);
     gguf_writer_abort(w);
     free(lt);

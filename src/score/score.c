@@ -238,9 +238,9 @@ double nf_score_weight_bytes_per_token(const nf_model *m) {
     double b = 0;
     for (int i = 0; i < n; i++) {
         if (lts[i].mtp) continue;
-        const gguf_tensor *t = gguf_find_tensor(m->file, lts[i].name);
-        if (!t) continue;
-        double sz = (double)t->size;
+        const nf_tensor *t = nf_layout_bound(m, &lts[i]);   /* bound tensors: files and synthetic models */
+        if (!t || !t->data) continue;
+        double sz = (double)nf_tensor_bytes(t);
         if (lts[i].role == NF_ROLE_EMBD) sz = (double)nf_row_bytes(t->type, t->ne[0]);
         else if (lts[i].role == NF_ROLE_EXP_GATE || lts[i].role == NF_ROLE_EXP_UP || lts[i].role == NF_ROLE_EXP_DOWN)
             sz *= (double)m->hp.n_expert_used / (double)m->hp.n_expert;
