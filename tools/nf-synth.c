@@ -18,6 +18,7 @@
 static void usage(FILE *o) {
     fprintf(o,
 "usage: nf-synth --out FILE --recipe R [--preset tiny|glm53] [--seed S] [dimension overrides]\n"
+"       nf-synth --dry-run PRESET[:RECIPE] [dimension overrides]\n"
 "\n"
 "Writes a glm5-next GGUF (llama.cpp layout, docs/gguf.md) with deterministic random weights: the same seed\n"
 "gives the same weights in every recipe. Tensors are written one at a time (one tensor in memory).\n"
@@ -26,7 +27,9 @@ static void usage(FILE *o) {
 "  --recipe R          f32 | bf16 | q8 | q4 | q2   (docs/gguf.md \"Recipes\")\n"
 "  --preset P          tiny (default: ~10M params, every feature) | glm53 (released GLM-5.3-Flash dims, ~320B)\n"
 "  --seed S            PRNG seed (default 1)\n"
-"  --dry-run           print the layout summary (tensors, parameters, bytes) and write nothing\n"
+"  --dry-run           print the layout summary (tensors, parameters, bytes) and write nothing; without a\n"
+"                      recipe, one line per recipe (e.g. nf-synth --dry-run glm53)\n"
+"  PRESET:RECIPE       the same as --preset PRESET --recipe RECIPE (e.g. glm53:q2, as nf-bench --synthetic)\n"
 "  --quiet             no progress output\n"
 "\n"
 "dimension overrides (applied after the preset):\n"
@@ -88,6 +91,37 @@ static void progress(void *ctx, int index, int count, const nf_layout_tensor *t,
     if (index + 1 == count) fputc('\n', stderr);
 }
 
+/* Tensor census of hp under recipe r on stdout; returns the total bytes. */
+static uint64_t summarize(const nf_hparams *hp, const char *preset, const nf_recipe *r, uint64_t seed, bool quiet) {
+    int n;
+    nf_layout_tensor *lt = nf_layout_tensors_alloc(hp, &n);
+    if (!lt) nf_die("%s", nf_error());
+    int64_t params = 0, trunk = 0;
+    uint64_t bytes = 0, trunk_bytes = 0;
+    int fallbacks = 0;
+    for (int i = 0; i < n; i++) {
+        bool fb;
+        uint32_t t = nf_recipe_type(r, &lt[i], &fb);
+        int64_t ne = nf_layout_nelements(&lt[i]);
+        uint64_t b = nf_synth_tensor_bytes(&lt[i], t);
+        params += ne;
+        bytes += b;
+        if (!lt[i].mtp) trunk += ne, trunk_bytes += b;
+        if (fb) {
+            fallbacks++;
+            if (!quiet)
+                fprintf(stderr, "nf-synth: %s: rows of %lld do not fit %s, stored as %s\n", lt[i].name,
+                        (long long)lt[i].ne[0], nf_type_get(r->type[lt[i].role])->name, nf_type_get(t)->name);
+        }
+    }
+    free(lt);
+    printf("preset %s, recipe %s, seed %llu: %d layers (+%d MTP), n_embd %d, vocab %d\n", preset, r->name,
+           (unsigned long long)seed, hp->n_layer, hp->n_nextn, hp->n_embd, hp->n_vocab);
+    printf("%d tensors, %lld parameters (%lld trunk), %.3f GB (%.3f GB trunk), %d recipe fallbacks\n", n,
+           (long long)params, (long long)trunk, bytes / 1e9, trunk_bytes / 1e9, fallbacks);
+    return bytes;
+}
+
 int main(int argc, char **argv) {
     nf_progname = "nf-synth";
     const char *out = NULL, *recipe_name = NULL, *preset = "tiny", *layer_types = NULL, *indexer_types = NULL;
@@ -95,15 +129,35 @@ int main(int argc, char **argv) {
     bool dry = false, quiet = false, gate_rank_set = false;
     int mla_every = 4;
 
+    const char *spec = NULL;   /* PRESET or PRESET:RECIPE, the one positional argument */
+    static char spec_preset[64];
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
-        if (!strcmp(argv[i], "--preset")) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--preset")) {
             if (i + 1 >= argc) nf_die("--preset needs a value");
             preset = argv[++i];
+        } else if (a[0] == '-') {
+            if (strcmp(a, "--dry-run") && strcmp(a, "--quiet")) i++;   /* every other flag takes a value */
+        } else {
+            if (spec) nf_die("unexpected argument '%s' (one PRESET[:RECIPE] at most)", a);
+            spec = a;
+        }
+    }
+    if (spec) {
+        if (flag_given(argc, argv, "--preset")) nf_die("give the preset once: '%s' or --preset", spec);
+        const char *colon = strchr(spec, ':');
+        size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+        if (n == 0 || n >= sizeof spec_preset) nf_die("'%s': expected PRESET[:RECIPE], e.g. glm53:q2", spec);
+        memcpy(spec_preset, spec, n);
+        preset = spec_preset;
+        if (colon) {
+            if (flag_given(argc, argv, "--recipe")) nf_die("give the recipe once: '%s' or --recipe", spec);
+            recipe_name = colon + 1;
         }
     }
     nf_hparams hp;
-    if (nf_synth_preset(preset, &hp) < 0) nf_die("--preset: %s", nf_error());
+    if (nf_synth_preset(preset, &hp) < 0) nf_die("%s: %s", spec ? spec : "--preset", nf_error());
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -111,6 +165,7 @@ int main(int argc, char **argv) {
 #define INT(flag, field, lo, hi) if (!strcmp(a, flag)) { hp.field = (int)parse_int(flag, v, lo, hi); i++; continue; }
 #define FLT(flag, field, lo, hi) if (!strcmp(a, flag)) { hp.field = parse_float(flag, v, lo, hi); i++; continue; }
         if (!strcmp(a, "--preset")) { i++; continue; }
+        if (a == spec) continue;
         if (!strcmp(a, "--out")) { if (!v) nf_die("--out needs a value"); out = v; i++; continue; }
         if (!strcmp(a, "--recipe")) { if (!v) nf_die("--recipe needs a value"); recipe_name = v; i++; continue; }
         if (!strcmp(a, "--seed")) { seed = (uint64_t)parse_int("--seed", v, 0, LONG_MAX); i++; continue; }
@@ -187,36 +242,15 @@ int main(int argc, char **argv) {
     if (hp.idx_topk % hp.idx_kpool) nf_die("--topk: %d is not a multiple of --kpool %d", hp.idx_topk, hp.idx_kpool);
     if (nf_hparams_validate(&hp) < 0) nf_die("%s", nf_error());
 
-    if (!recipe_name) nf_die("--recipe is required (%s)", nf_recipe_names());
+    if (!recipe_name && !dry) nf_die("--recipe is required (%s)", nf_recipe_names());
+    if (!out && !dry) nf_die("--out is required (or --dry-run)");
+    if (!recipe_name) {   /* dry run of every recipe */
+        for (int i = 0; nf_recipe_at(i); i++) summarize(&hp, preset, nf_recipe_at(i), seed, true);
+        return 0;
+    }
     const nf_recipe *r = nf_recipe_find(recipe_name);
     if (!r) nf_die("--recipe: %s", nf_error());
-    if (!out && !dry) nf_die("--out is required (or --dry-run)");
-
-    int n;
-    nf_layout_tensor *lt = nf_layout_tensors_alloc(&hp, &n);
-    if (!lt) nf_die("%s", nf_error());
-    int64_t params = 0, trunk = 0;
-    uint64_t bytes = 0;
-    int fallbacks = 0;
-    for (int i = 0; i < n; i++) {
-        bool fb;
-        uint32_t t = nf_recipe_type(r, &lt[i], &fb);
-        int64_t ne = nf_layout_nelements(&lt[i]);
-        params += ne;
-        if (!lt[i].mtp) trunk += ne;
-        bytes += nf_row_bytes(t, lt[i].ne[0]) * (uint64_t)(ne / lt[i].ne[0]);
-        if (fb) {
-            fallbacks++;
-            if (!quiet)
-                fprintf(stderr, "nf-synth: %s: rows of %lld do not fit %s, stored as %s\n", lt[i].name,
-                        (long long)lt[i].ne[0], nf_type_get(r->type[lt[i].role])->name, nf_type_get(t)->name);
-        }
-    }
-    free(lt);
-    printf("preset %s, recipe %s, seed %llu: %d layers (+%d MTP), n_embd %d, vocab %d\n", preset, r->name,
-           (unsigned long long)seed, hp.n_layer, hp.n_nextn, hp.n_embd, hp.n_vocab);
-    printf("%d tensors, %lld parameters (%lld trunk), %.3f GB, %d recipe fallbacks\n", n, (long long)params,
-           (long long)trunk, bytes / 1e9, fallbacks);
+    uint64_t bytes = summarize(&hp, preset, r, seed, quiet);
     if (dry) return 0;
 
     progress_t0 = time(NULL);
