@@ -1,6 +1,6 @@
 /* backend_cuda.cu — assembles the CUDA backend (backend_cuda.h): device selection, the one stream, the weight
  * upload (the whole tensor region of the mapped GGUF copied once; a tensor's device address is its offset in
- * that region), f32 device copies of small non-f32 vectors, stream-ordered activation memory, the embedding
+ * that region; a synthetic model's region is made by cuda_synth.cu; both checked against free memory first), f32 device copies of small non-f32 vectors, stream-ordered activation memory, the embedding
  * lookup, the RMSNorm block, the output head and the nf_backend table (blocks from cuda_hc.cu, cuda_kda.cu,
  * cuda_mla.cu, cuda_indexer.cu, cuda_moe.cu; the device state from cuda_state.cu).
  *
@@ -23,6 +23,10 @@ const float *nf_cuda_vec(nf_cuda *c, const nf_tensor *t) {
         return nullptr;
     }
     if (t->type == NF_TYPE_F32) return (const float *)nf_cuda_dptr(c, t);
+    if (nf_cuda_synth_virtual(c, t->data)) {   /* its host bytes were never made */
+        nf_fail("tensor %s: a synthetic tensor made on the GPU cannot be converted on the host", t->name);
+        return nullptr;
+    }
     for (int i = 0; i < c->n_vecs; i++)
         if (c->vecs[i].key == t->data) return c->vecs[i].val;
     int64_t n = 1;
@@ -175,8 +179,22 @@ static int check_types(const nf_model *m) {
     return 0;
 }
 
+int nf_cuda_check_fits(nf_cuda *c, size_t bytes) {
+    /* activations, scratch, cuBLAS-free kernels' temporaries: the sequence state is the caller's to size */
+    const size_t margin = (size_t)1 << 30;
+    size_t free_b = 0, total_b = 0;
+    NF_CU(cudaMemGetInfo(&free_b, &total_b));
+    if (bytes + margin > free_b)
+        return nf_fail("cuda backend: the weights need %.2f GB of device memory (+%.2f GB working margin) but device "
+                       "%d has %.2f GB free of %.2f GB", (double)bytes / 1e9, (double)margin / 1e9, c->device,
+                       (double)free_b / 1e9, (double)total_b / 1e9);
+    return 0;
+}
+
 static int upload(nf_cuda *c) {
+    if (c->m->synth) return nf_cuda_synth_upload(c);
     const gguf_file *f = c->m->file;
+    if (!f) return nf_fail("cuda backend: the model has no tensor data");
     const uint8_t *lo = nullptr, *hi = nullptr;
     for (int64_t i = 0; i < gguf_tensor_count(f); i++) {
         const gguf_tensor *t = gguf_tensor_at(f, i);
@@ -188,6 +206,7 @@ static int upload(nf_cuda *c) {
     if (!lo) return nf_fail("cuda backend: the model has no tensor data");
     c->hbase = lo;
     c->hsize = (size_t)(hi - lo);
+    if (nf_cuda_check_fits(c, c->hsize) < 0) return -1;
     NF_CU(cudaMalloc((void **)&c->dweights, c->hsize));
     /* in pieces, so a mapped multi-GB file streams through the staging path */
     const size_t piece = (size_t)1 << 28;
@@ -197,6 +216,15 @@ static int upload(nf_cuda *c) {
     }
     /* a pageable copy can return before its DMA completes; kernels run on a non-blocking stream */
     NF_CU(cudaDeviceSynchronize());
+    return 0;
+}
+
+extern "C" int nf_cuda_tensor_to_host(nf_backend *be, const nf_tensor *t, void *dst, size_t bytes) {
+    nf_cuda *c = nf_cuda_of(be);
+    const uint8_t *d = nf_cuda_dptr(c, t);
+    if (!d) return nf_fail("tensor %s is absent", t->name ? t->name : "?");
+    if (d + bytes > c->dweights + c->hsize) return nf_fail("tensor %s: %zu bytes run past the weights", t->name, bytes);
+    NF_CU(cudaMemcpy(dst, d, bytes, cudaMemcpyDeviceToHost));
     return 0;
 }
 

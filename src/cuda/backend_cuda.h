@@ -15,9 +15,15 @@ extern "C" {
 
 #include "model/backend.h"
 
-/* Backend on CUDA device `device` (< 0: device 0). Uploads every tensor of the model. NULL on failure
- * (nf_error(): no device, out of device memory, a tensor type without a GPU kernel...). */
+/* Backend on CUDA device `device` (< 0: device 0). Uploads every tensor of the model (a synthetic DEVICE-mode
+ * model's large tensors are made on the GPU instead, model/synth.h). NULL on failure (nf_error(): no device, the
+ * weights do not fit in free device memory (checked before allocating; the message gives needed and free bytes),
+ * a tensor type without a GPU kernel...). */
 nf_backend *nf_backend_cuda_create(const nf_model *m, int device);
+
+/* Copy `bytes` of tensor t's device data (as uploaded or, for a synthetic model, made on the GPU) to host dst.
+ * 0, or -1 with nf_error(). For tests and diagnostics. */
+int nf_cuda_tensor_to_host(nf_backend *be, const nf_tensor *t, void *dst, size_t bytes);
 
 /* Diagnostic: the GPU product of every non-f32 weight type against the CPU's dequantize-and-dot (double) on
  * random data; prints one line per type, returns the number of failures. */

@@ -5,7 +5,8 @@
  * tensor region), f32 device copies of small non-f32 vectors, and a pinned staging buffer for token ids.
  * Each block lives in its own file (cuda_hc.cu, cuda_kda.cu, cuda_mla.cu, cuda_indexer.cu, cuda_moe.cu);
  * cuda_matmul.cu decodes the stored formats (matrix products, row dequantization);
- * cuda_norm.cu holds the row-wise helpers; cuda_state.cu the device sequence state.
+ * cuda_norm.cu holds the row-wise helpers; cuda_state.cu the device sequence state; cuda_synth.cu the upload of
+ * a synthetic model made in memory (its large tensors made on the GPU).
  *
  * Numerics follow the CPU reference (src/cpu) operation by operation so that the two backends can be
  * compared tightly: reductions of squares in double, every weight (quantized ones included) decoded to exactly
@@ -25,6 +26,7 @@ extern "C" {
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/state.h"
+#include "model/synth.h"
 #include "util/error.h"
 }
 
@@ -80,6 +82,16 @@ struct nf_cuda_scratch {
 const uint8_t *nf_cuda_dptr(nf_cuda *c, const nf_tensor *t);
 /* Device f32 values of a small tensor (any type; converted once). NULL with nf_fail when absent. */
 const float *nf_cuda_vec(nf_cuda *c, const nf_tensor *t);
+
+/* 0 when `bytes` of weights (plus a working margin) fit in the device's free memory, else -1 with a message that
+ * names what is needed and what is free. Checked before the weights are allocated. */
+int nf_cuda_check_fits(nf_cuda *c, size_t bytes);
+
+/* ---- synthetic models (cuda_synth.cu) ---- */
+/* Weight upload of a synthetic model (m->synth): host tensors copied, virtual tensors made on the GPU. */
+int nf_cuda_synth_upload(nf_cuda *c);
+/* The virtual synthetic tensor whose host data pointer is host_data (its host bytes are not the weights), or NULL. */
+const nf_synth_tensor *nf_cuda_synth_virtual(const nf_cuda *c, const void *host_data);
 
 /* ---- matrices (cuda_matmul.cu) ---- */
 struct nf_cuda_mat {

@@ -14,4 +14,9 @@ int nf_gpu_test_gemm(int bench);
  * subset (for compute-sanitizer). */
 int nf_gpu_test_backend(int quick);
 
+/* test_synth.c: synthetic models made on the GPU (model/synth.h DEVICE mode) against their host reference, their
+ * forward against the CPU, glm53:q2 at full size when the device holds it, glm53:q8 refused. quick != 0: small
+ * presets only. */
+int nf_gpu_test_synth(int quick);
+
 #endif

@@ -1,10 +1,10 @@
 /* main.c — the GPU test program (build/cuda/nf-gpu-tests, run by `make gpu-test` on a machine with a GPU).
  *
- *   nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend]
+ *   nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend|synth]
  *
  * Runs every GPU test file's entry point (gpu_tests.h) and exits non-zero when any check failed. --bench adds
  * the GEMV bandwidth table (CSV to $NF_GEMV_CSV when set) and the GEMM timing table; --quick runs a small subset of the backend test
- * (for compute-sanitizer, which slows kernels down a lot). */
+ * (for compute-sanitizer, which slows kernels down a lot) and of the synthetic-model test (no glm53 sizes). */
 #include <stdio.h>
 #include <string.h>
 
@@ -21,14 +21,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend]\n");
+            fprintf(stderr, "usage: nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend|synth]\n");
             return 2;
         }
+    }
+    if (only && strcmp(only, "gemv") && strcmp(only, "gemm") && strcmp(only, "backend") && strcmp(only, "synth")) {
+        fprintf(stderr, "nf-gpu-tests: --only %s: unknown test (gemv, gemm, backend or synth)\n", only);
+        return 2;
     }
     int failed = 0;
     if (!only || !strcmp(only, "gemv")) failed += nf_gpu_test_gemv(bench);
     if (!only || !strcmp(only, "gemm")) failed += nf_gpu_test_gemm(bench);
     if (!only || !strcmp(only, "backend")) failed += nf_gpu_test_backend(quick);
+    if (!only || !strcmp(only, "synth")) failed += nf_gpu_test_synth(quick);
     printf("nf-gpu-tests: %s (%d failed checks)\n", failed ? "FAIL" : "PASS", failed);
     return failed ? 1 : 0;
 }

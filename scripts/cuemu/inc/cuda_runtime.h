@@ -56,6 +56,7 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *e, cudaGraph_t g, unsigned lon
 cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t s);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e);
 cudaError_t cudaGraphDestroy(cudaGraph_t g);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 #ifdef __cplusplus
 }
 #include "cuemu_dev.h"
