@@ -15,7 +15,10 @@
 #include "bench/token_seq.h"
 #include "cpu/backend_cpu.h"
 #include "formats/formats.h"
+#include "model/layout.h"
 #include "model/model.h"
+#include "model/recipe.h"
+#include "model/synth.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #ifdef NF_CUDA
@@ -23,13 +26,6 @@
 #include "cuda/cuda_bench.h"
 #endif
 
-/* model/synth.h's in-memory synthetic models (nf_synth_spec_parse, nf_synth_model_create) */
-#ifndef NF_BENCH_SYNTH_MODELS
-#define NF_BENCH_SYNTH_MODELS 0
-#endif
-#if NF_BENCH_SYNTH_MODELS
-#include "model/synth.h"
-#endif
 
 #define REFUSED 2
 #define FAILED 1
@@ -49,6 +45,31 @@ static void describe_model(const nf_model *m, const nf_bench_opts *o, char *buf,
     snprintf(buf, n, "%s: %d layers, n_embd %d, vocab %d, context %d, %d/%d experts, %.4f GB of weights read per "
              "decode token", src, hp->n_layer, hp->n_embd, hp->n_vocab, hp->n_ctx_train, hp->n_expert_used,
              hp->n_expert, w / 1e9);
+}
+
+/* Bytes of every tensor of a synthetic model in recipe r (what NF_SYNTH_HOST puts in host memory). */
+static double synth_bytes(const nf_hparams *hp, const nf_recipe *r) {
+    int n;
+    nf_layout_tensor *lt = nf_layout_tensors_alloc(hp, &n);
+    if (!lt) return -1;
+    double total = 0;
+    for (int i = 0; i < n; i++)
+        total += (double)nf_row_bytes(nf_recipe_type(r, &lt[i], NULL), lt[i].ne[0]) * (double)lt[i].ne[1] *
+                 (double)lt[i].ne[2] * (double)lt[i].ne[3];
+    free(lt);
+    return total;
+}
+
+/* MemAvailable of /proc/meminfo in bytes (0 when unknown). */
+static double host_mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    double kib = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+    fclose(f);
+    return kib * 1024;
 }
 
 static int load_sequence(const nf_bench_opts *o, const nf_model *m, const nf_hparams *hp, int64_t need,
@@ -130,20 +151,13 @@ int nf_bench_run(const nf_bench_opts *o) {
     /* the model's hyperparameters first: every refusal below needs them, none needs the weights */
     nf_model *m = NULL;
     nf_hparams hp;
-#if NF_BENCH_SYNTH_MODELS
     const nf_recipe *recipe = NULL;
-#endif
     if (o->model_path) {
         m = nf_model_load(o->model_path);
         if (!m) return say(REFUSED, nf_error());
         hp = m->hp;
     } else {
-#if NF_BENCH_SYNTH_MODELS
         if (nf_synth_spec_parse(o->synthetic, &hp, &recipe) < 0) return say(REFUSED, nf_error());
-#else
-        return say(REFUSED, "synthetic models are not available in this build yet (model/synth.h's "
-                            "nf_synth_model_create has not landed)");
-#endif
     }
 
     const int64_t last = o->frontiers[o->n_frontiers - 1];
@@ -164,6 +178,16 @@ int nf_bench_run(const nf_bench_opts *o) {
         say(REFUSED, msg);
         goto out;
     }
+    if (!m && !cuda) { /* every value on the host: refuse a model that cannot fit rather than be killed later */
+        double need = synth_bytes(&hp, recipe), avail = host_mem_available();
+        if (need > 0 && avail > 0 && need > avail) {
+            snprintf(msg, sizeof msg, "synthetic %s needs %.1f GB of host memory for the CPU backend; %.1f GB are "
+                     "available (--backend cuda makes the large tensors on the GPU)", o->synthetic, need / 1e9,
+                     avail / 1e9);
+            say(REFUSED, msg);
+            goto out;
+        }
+    }
     char seq_desc[512];
     if (load_sequence(o, m, &hp, last, &seq, seq_desc, sizeof seq_desc) < 0) {
         say(REFUSED, nf_error());
@@ -181,7 +205,13 @@ int nf_bench_run(const nf_bench_opts *o) {
     }
     rc = FAILED;
 
-#if NF_BENCH_SYNTH_MODELS
+    char line[1024];
+    fprintf(stderr, "nf-bench: build %s\n", nf_run_env_build());
+    nf_run_env_cpu(line, sizeof line);
+    fprintf(stderr, "nf-bench: host %s\n", line);
+    nf_run_env_nvidia_driver(line, sizeof line);
+    fprintf(stderr, "nf-bench: nvidia driver %s\n", line);
+
     if (!m) {
         m = nf_synth_model_create(&hp, recipe, o->seed, cuda ? NF_SYNTH_DEVICE : NF_SYNTH_HOST);
         if (!m) {
@@ -189,14 +219,7 @@ int nf_bench_run(const nf_bench_opts *o) {
             goto out;
         }
     }
-#endif
 
-    char line[1024];
-    fprintf(stderr, "nf-bench: build %s\n", nf_run_env_build());
-    nf_run_env_cpu(line, sizeof line);
-    fprintf(stderr, "nf-bench: host %s\n", line);
-    nf_run_env_nvidia_driver(line, sizeof line);
-    fprintf(stderr, "nf-bench: nvidia driver %s\n", line);
     describe_model(m, o, line, sizeof line);
     fprintf(stderr, "nf-bench: model %s\n", line);
     fprintf(stderr, "nf-bench: sequence %s: %lld tokens, the first %lld used\n", seq_desc, (long long)seq.n,

@@ -328,3 +328,37 @@ def test_nf_ab_build_arm_then_run_with_a_clean_build_of_head(tmp_path):
     assert json.load(open(out / "manifest.json"))["status"] == "complete"
     log = (out / "main_1-rep1.log").read_text()
     assert "commit=%s dirty=no" % sha in log          # the bench's own build stamp names the arm's commit
+
+
+# ---- synthetic models (model/synth.h, in memory) ---------------------------------------------------------------
+def test_synthetic_host_model_measures_the_same_as_the_nf_synth_file(tmp_path):
+    """--synthetic tiny:bf16 (NF_SYNTH_HOST: the bytes nf-synth would write) and the file nf-synth writes with the
+    same seed give the same probe tokens at every frontier (tiny preset: index_topk 16, so 40 is sparse)."""
+    f = tmp_path / "tiny.gguf"
+    p = subprocess.run([str(BUILD / "nf-synth"), "--preset", "tiny", "--recipe", "bf16", "--seed", "5", "--out", str(f),
+                        "--quiet"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+
+    def hashes(*src):
+        csv = tmp_path / "s.csv"
+        bench("--frontiers", "12,40", "--gen", 6, "--seed", 5, "--csv", csv, *src, model=False)
+        return [r["gen_ids_hash"] for r in read_csv(csv)[1]]
+
+    from_file = hashes("-m", f)
+    assert hashes("--synthetic", "tiny:bf16") == from_file
+    assert hashes("--synthetic", "tiny:bf16", "--seed", 6) != from_file
+
+
+def test_synthetic_refusals(tmp_path):
+    p = bench("--synthetic", "nope:q2", "--frontiers", 16, model=False, check=False)
+    assert p.returncode == 2 and "nope" in p.stderr
+    p = bench("--synthetic", "tiny:q3", "--frontiers", 16, model=False, check=False)
+    assert p.returncode == 2 and "q3" in p.stderr
+    avail = 0
+    for ln in open("/proc/meminfo"):
+        if ln.startswith("MemAvailable:"):
+            avail = int(ln.split()[1]) * 1024
+    if avail > 90e9:
+        pytest.skip("this host could hold glm53:q2 in memory")
+    p = bench("--synthetic", "glm53:q2", "--frontiers", 2048, "--gen", 2, model=False, check=False)
+    assert p.returncode == 2 and "host memory" in p.stderr and "--backend cuda" in p.stderr
