@@ -64,7 +64,7 @@ fi
 
 echo "---- gpu-test (rc $rc_test): failures and summaries"
 grep -E "FAIL |CUDA error|command failed" "$out/gpu-test.log" | cut -c1-200 | head -30
-grep -E "^SUMMARY|^gemv|^gemm|^backend|nf-gpu-tests:" "$out/gpu-test.log" | cut -c1-200
+grep -E "^SUMMARY|^gemv|^gemm|^backend|nf-gpu-tests:" "$out/gpu-test.log" | cut -c1-320
 echo "---- compute-sanitizer memcheck --quick (rc $rc_san)"
 grep -E "ERROR SUMMARY|nf-gpu-tests:|Invalid|Program hit" "$out/sanitizer.log" | head -8
 echo "---- gemv bench (rc $rc_bench)"

@@ -25,7 +25,7 @@ for f in glob.glob(root + '/src/cuda/*.cu'):
     if f.endswith('cuda_bench.cu'):  # timing code: nothing to emulate
         continue
     s = open(f).read()
-    s = s.replace('extern __shared__ float sh[];', 'float *sh = (float *)cuemu_B->smem.data();')
+    s = re.sub(r'extern __shared__ (?:__align__\(\d+\) )?float sh\[\];', 'float *sh = (float *)cuemu_B->smem.data();', s)
     s = re.sub(r'(\w+(?:<[^;()<>]*>)?)<<<(.*?)>>>\(', r'cuemu_cfg(\2).run(\1, ', s)
     open(out + '/gen/' + os.path.basename(f)[:-3] + '.cpp', 'w').write(s)
 PY

@@ -1,13 +1,17 @@
-/* cuda_dequant.h — device decoding of the stored weight formats for the CUDA product kernels.
+/* cuda_dequant.h — device decoding of the stored weight formats, shared by the CUDA product kernels
+ * (cuda_matmul.cu: the per-vector products and the embedding lookup; cuda_gemm.cu: the tiled prefill GEMM).
  *
- * nf_wgroup<TY>: 8 consecutive elements of a row (i0 % 8 == 0), which share one scale in every format, decoded in
- * two steps: load() fetches the raw bits into registers and decode() does the arithmetic (the expressions of
- * src/formats' dequantizers, unfused, so a decoded weight is bit-identical to the CPU's nf_dequantize), so that a
- * kernel can issue the loads of its next tile before it multiplies the current one (software pipelining). Raw
- * loads use the widest access the format's block layout allows for rows whose start is aligned as
- * nf_wgroup_align<TY> says (the caller checks).
- * The IQ2_XXS grid and sign tables live in constant memory, one copy per translation unit (no relocatable device
- * code in this build): every .cu file that decodes IQ2_XXS calls nf_dequant_tables_init() once per device. */
+ * Two granularities with the same arithmetic (the expressions of src/formats' dequantizers, unfused, so a
+ * decoded weight is bit-identical to the CPU's nf_dequantize):
+ *  - nf_deq_elem<TY>(row, i): element i of a row (byte loads; any alignment);
+ *  - nf_wgroup<TY>: 8 consecutive elements of a row (i0 % 8 == 0), which share one scale in every format, in two
+ *    steps: load() fetches the raw bits into registers and decode() does the arithmetic, so that a kernel can
+ *    issue the loads of its next tile before it multiplies the current one (software pipelining). Raw loads use
+ *    the widest access the format's block layout allows for rows whose start is aligned as nf_wgroup_align<TY>
+ *    says (the caller checks).
+ * The IQ2_XXS grid and sign tables live in constant memory, one copy per translation unit (no relocatable
+ * device code in this build): every .cu file that decodes IQ2_XXS calls nf_dequant_tables_init() once per
+ * device. */
 #ifndef NF_CUDA_DEQUANT_H
 #define NF_CUDA_DEQUANT_H
 
@@ -30,10 +34,80 @@ static inline cudaError_t nf_dequant_tables_init(void) {
     return e;
 }
 
+/* ---- loads (quantized blocks are only 2-byte aligned) ---- */
+__device__ __forceinline__ float nf_ld_h(const uint8_t *p) {
+    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
+}
+__device__ __forceinline__ uint32_t nf_ld_u32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
 /* 16/32-bit loads at addresses aligned to 2 / 4 */
 __device__ __forceinline__ uint32_t nf_ld2(const uint8_t *p) { return *(const uint16_t *)p; }
 __device__ __forceinline__ uint32_t nf_ld4(const uint8_t *p) { return *(const uint32_t *)p; }
 __device__ __forceinline__ float nf_h2f(uint32_t bits) { return __half2float(__ushort_as_half((unsigned short)bits)); }
+
+__device__ __forceinline__ void nf_scale_min_k4(int j, const uint8_t *q, int &sc, int &m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* ---- element i of a row ---- */
+template <int TY> __device__ __forceinline__ float nf_deq_elem(const uint8_t *row, int64_t i);
+template <> __device__ __forceinline__ float nf_deq_elem<NF_TYPE_F32>(const uint8_t *row, int64_t i) {
+    return ((const float *)row)[i];
+}
+template <> __device__ __forceinline__ float nf_deq_elem<NF_TYPE_F16>(const uint8_t *row, int64_t i) {
+    return __half2float(((const __half *)row)[i]);
+}
+template <> __device__ __forceinline__ float nf_deq_elem<NF_TYPE_BF16>(const uint8_t *row, int64_t i) {
+    return __uint_as_float((uint32_t)((const uint16_t *)row)[i] << 16);
+}
+template <> __device__ __forceinline__ float nf_deq_elem<NF_TYPE_Q8_0>(const uint8_t *row, int64_t i) {
+    const uint8_t *b = row + (size_t)(i / 32) * 34;
+    return __fmul_rn((float)(int8_t)b[2 + i % 32], nf_ld_h(b));
+}
+template <> __device__ __forceinline__ float nf_deq_elem<NF_TYPE_Q4_K>(const uint8_t *row, int64_t i) {
+    const uint8_t *b = row + (size_t)(i / 256) * 144;
+    const int e = (int)(i % 256), J = e / 32, l = e % 32;
+    int sc, m;
+    nf_scale_min_k4(J, b + 4, sc, m);
+    const int q = (b[16 + 32 * (J / 2) + l] >> (4 * (J & 1))) & 0xF;
+    return __fsub_rn(__fmul_rn(__fmul_rn(nf_ld_h(b), (float)sc), (float)q), __fmul_rn(nf_ld_h(b + 2), (float)m));
+}
+template <> __device__ __forceinline__ float nf_deq_elem<NF_TYPE_Q2_K>(const uint8_t *row, int64_t i) {
+    const uint8_t *b = row + (size_t)(i / 256) * 84;
+    const int e = (int)(i % 256), n = e / 128, k = (e % 128) / 32, l = e % 32;
+    const int q = (b[16 + 32 * n + l] >> (2 * k)) & 3;
+    const uint8_t sc = b[e / 16];
+    return __fsub_rn(__fmul_rn(__fmul_rn(nf_ld_h(b + 80), (float)(sc & 0xF)), (float)q),
+                     __fmul_rn(nf_ld_h(b + 82), (float)(sc >> 4)));
+}
+__device__ __forceinline__ int nf_q6_value(const uint8_t *b, int e) {
+    const int n = e / 128, r = e % 128, qq = r / 32, l = r % 32;
+    const uint8_t lo = b[64 * n + l + 32 * (qq & 1)];
+    const int nib = qq >= 2 ? lo >> 4 : lo & 0xF;
+    const int hi = (b[128 + 32 * n + l] >> (2 * qq)) & 3;
+    return (nib | (hi << 4)) - 32;
+}
+template <> __device__ __forceinline__ float nf_deq_elem<NF_TYPE_Q6_K>(const uint8_t *row, int64_t i) {
+    const uint8_t *b = row + (size_t)(i / 256) * 210;
+    const int e = (int)(i % 256);
+    return __fmul_rn(__fmul_rn(nf_ld_h(b + 208), (float)(int8_t)b[192 + e / 16]), (float)nf_q6_value(b, e));
+}
+template <> __device__ __forceinline__ float nf_deq_elem<NF_TYPE_IQ2_XXS>(const uint8_t *row, int64_t i) {
+    const uint8_t *b = row + (size_t)(i / 256) * 66;
+    const int e = (int)(i % 256), ib = e / 32, l = (e % 32) / 8, k = e % 8;
+    const uint32_t ga = nf_ld_u32(b + 2 + 8 * ib), s = nf_ld_u32(b + 2 + 8 * ib + 4);
+    const float db = __fmul_rn(__fmul_rn(nf_ld_h(b), 0.5f + (float)(s >> 28)), 0.25f);
+    const float g = (float)((nf_c_iq2_grid[(ga >> (8 * l)) & 0xFF] >> (8 * k)) & 0xFF);
+    const int neg = (nf_c_iq2_signs[(s >> (7 * l)) & 127] >> k) & 1;
+    return __fmul_rn(db, neg ? -g : g);
+}
 
 /* ---- 8 consecutive elements [i0, i0 + 8) of a row: raw load, then decode ---- */
 /* IQ2_XXS decoding reads its tables through these pointers (a kernel may copy them to shared memory). */

@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(NT, 2) gemm_bf16_kernel(gemm_args a) {
     constexpr int XROWS = NT / (BK / 4);
     constexpr int WN = BN / 2;                /* vectors per warp */
     constexpr int NTL = WN / 8;               /* n8 tiles per warp */
-    extern __shared__ float sh[];
+    extern __shared__ __align__(16) float sh[];
     uint16_t *Ws = (uint16_t *)sh;                   /* [2][BM][KP] */
     uint16_t *Xs = Ws + 2 * BM * KP;                 /* [2][BN][KP] */
     uint64_t *tgrid = (uint64_t *)(Xs + 2 * BN * KP);
@@ -312,7 +312,7 @@ template <int TY>
 __global__ void __launch_bounds__(NT) gemm_f32_kernel(gemm_args a) {
     constexpr int WG = BM * SBK / 8 / NT, WROWS = NT / (SBK / 8);
     constexpr int XG = SBN * SBK / 4 / NT, XROWS = NT / (SBK / 4);
-    extern __shared__ float sh[];
+    extern __shared__ __align__(16) float sh[];
     float *Wt = sh;                       /* [SBK][SWP]: Wt[k][m] */
     float *Xt = Wt + SBK * SWP;           /* [SBK][SXP]: Xt[k][n] */
     uint64_t *tgrid = (uint64_t *)(Xt + SBK * SXP);
@@ -602,3 +602,16 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
     return 0;
 }
 
+/* ---- the backend's entry (cuda_internal.h) ---- */
+int nf_cuda_gemm_try(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t ldx, int xdiv, int smod,
+                     const int32_t *ids, float *y, int64_t ldy, int nvec) {
+    const int per_matrix = ids || smod <= 1 ? nvec : nvec / smod;
+    if (per_matrix < NF_CUDA_GEMM_MIN_VECTORS) return 1;
+    /* read here, not once, so a test can switch it between runs; decode-sized products return above */
+    const char *e = getenv("NF_CUDA_GEMM");
+    const int mode = e && !strcmp(e, "off") ? 0 : e && !strcmp(e, "f32") ? 2 : 1;
+    if (!mode) return 1;
+    const nf_gemm_weights gw = {w->w, w->type, w->n, w->rows, w->nmat, w->row_bytes, w->slice_bytes};
+    return nf_cuda_gemm(&gw, x, ldx, xdiv, smod, ids, y, ldy, nvec, mode == 2 ? NF_GEMM_F32 : NF_GEMM_AUTO,
+                        c->stream);
+}

@@ -19,6 +19,10 @@
 extern "C" {
 #endif
 
+/* Vectors per matrix from which the backend's products use this GEMM (nf_cuda_gemm_try): below it the per-vector
+ * kernel, which reads each weight row once per vector, is as cheap and stays exact to f32. */
+#define NF_CUDA_GEMM_MIN_VECTORS 16
+
 typedef struct {
     const void *w;       /* device address of matrix 0 */
     uint32_t type;       /* nf_type: F32, F16, BF16, Q8_0, Q4_K, Q6_K, Q2_K, IQ2_XXS */

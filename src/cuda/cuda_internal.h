@@ -101,6 +101,7 @@ struct nf_cuda_mat {
     int64_t rows;
     size_t row_bytes;
     size_t slice_bytes;     /* bytes between the matrices of a 3-D tensor */
+    int64_t nmat;           /* matrices (ne[2] of a 3-D tensor, else 1) */
 };
 nf_cuda_mat nf_cuda_mat_of(nf_cuda *c, const nf_tensor *t);
 
@@ -117,6 +118,12 @@ static inline int nf_cuda_matmul(nf_cuda *c, const nf_cuda_mat *w, const float *
                                  int64_t ldy) {
     return nf_cuda_matmul_ex(c, w, x, ldx, 1, 1, nullptr, y, ldy, T);
 }
+/* The tiled prefill product (cuda_gemm.cu) for the arguments of nf_cuda_matmul_ex when there are at least
+ * NF_CUDA_GEMM_MIN_VECTORS (cuda_gemm.h) vectors per matrix (per head for smod > 1; all of them for ids):
+ * 0 queued, 1 not taken (the caller runs the per-vector kernel), -1 error. NF_CUDA_GEMM=off never takes it,
+ * NF_CUDA_GEMM=f32 runs every format on the GEMM's f32 path (diagnostics; read at each such product). */
+int nf_cuda_gemm_try(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t ldx, int xdiv, int smod,
+                     const int32_t *ids, float *y, int64_t ldy, int nvec);
 /* X[t][s][:] = row tokens[t] of W (dequantized) for every stream s < copies; tokens on the device. */
 int nf_cuda_embed_rows(nf_cuda *c, const nf_cuda_mat *w, const int32_t *tokens, int T, int copies, float *X);
 

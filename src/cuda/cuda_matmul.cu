@@ -11,31 +11,24 @@
  * a model a continuous function of its inputs, and the two backends differ only by the order of f32 additions.
  *
  * Work split (the correctness baseline; speed is later work): one warp per (output row, activation vector),
- * the lanes read a row element-wise. Prefill (T > 1) is the same kernel over T vectors. The "ex" form covers
- * every product of the forward: per-head matrices of a 3-D tensor (matrix = vector % heads) and routed experts
- * (matrix = ids[vector], the activation row shared by the k slots of a token). */
+ * the lanes read a row element-wise. The "ex" form covers every product of the forward: per-head matrices of a
+ * 3-D tensor (matrix = vector % heads) and routed experts (matrix = ids[vector], the activation row shared by
+ * the k slots of a token). Products over NF_CUDA_GEMM_MIN_VECTORS or more vectors per matrix (prefill) go to the
+ * tiled GEMM of cuda_gemm.cu instead, which reads each weight once per tile of vectors (bf16 tensor cores). */
 #include <cuda_fp16.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda/backend_cuda.h"
+#include "cuda/cuda_dequant.h"
 #include "cuda/cuda_internal.h"
 
 /* NF_CUDA_SYNC=1 (diagnostic): wait for the stream after every product */
 static int g_sync = 0;
 
-extern "C" {
-extern const uint64_t nf_iq2xxs_grid[256];
-extern const uint8_t nf_iq2_ksigns[128];
-}
-
-__constant__ uint64_t c_iq2_grid[256];
-__constant__ uint8_t c_iq2_signs[128];
-
 int nf_cuda_formats_init(void) {
     g_sync = getenv("NF_CUDA_SYNC") != nullptr;
-    NF_CU(cudaMemcpyToSymbol(c_iq2_grid, nf_iq2xxs_grid, sizeof(c_iq2_grid)));
-    NF_CU(cudaMemcpyToSymbol(c_iq2_signs, nf_iq2_ksigns, sizeof(c_iq2_signs)));
+    NF_CU(nf_dequant_tables_init());
     return 0;
 }
 
@@ -57,82 +50,8 @@ nf_cuda_mat nf_cuda_mat_of(nf_cuda *c, const nf_tensor *t) {
     m.rows = t->ne[1];
     m.row_bytes = nf_row_bytes(t->type, t->ne[0]);
     m.slice_bytes = m.row_bytes * (size_t)m.rows;
+    m.nmat = t->n_dims >= 3 ? t->ne[2] : 1;
     return m;
-}
-
-/* ---- byte-level loads (quantized blocks are only 2-byte aligned) ---- */
-__device__ __forceinline__ float ld_h(const uint8_t *p) {
-    return __half2float(__ushort_as_half((unsigned short)(p[0] | (p[1] << 8))));
-}
-__device__ __forceinline__ float ld_f(const uint8_t *p) {
-    return __uint_as_float((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
-}
-__device__ __forceinline__ uint32_t ld_u32(const uint8_t *p) {
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-__device__ __forceinline__ int ld_i16(const uint8_t *p) { return (int)(int16_t)(uint16_t)(p[0] | (p[1] << 8)); }
-
-__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int &sc, int &m) {
-    if (j < 4) {
-        sc = q[j] & 63;
-        m = q[j + 4] & 63;
-    } else {
-        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-/* ---- element i of a row, dequantized (same expressions as src/formats' dequantizers) ---- */
-template <int TY> __device__ __forceinline__ float deq_elem(const uint8_t *row, int64_t i);
-template <> __device__ __forceinline__ float deq_elem<NF_TYPE_F32>(const uint8_t *row, int64_t i) {
-    return ((const float *)row)[i];
-}
-template <> __device__ __forceinline__ float deq_elem<NF_TYPE_F16>(const uint8_t *row, int64_t i) {
-    return __half2float(((const __half *)row)[i]);
-}
-template <> __device__ __forceinline__ float deq_elem<NF_TYPE_BF16>(const uint8_t *row, int64_t i) {
-    return __uint_as_float((uint32_t)((const uint16_t *)row)[i] << 16);
-}
-template <> __device__ __forceinline__ float deq_elem<NF_TYPE_Q8_0>(const uint8_t *row, int64_t i) {
-    const uint8_t *b = row + (size_t)(i / 32) * 34;
-    return __fmul_rn((float)(int8_t)b[2 + i % 32], ld_h(b));
-}
-template <> __device__ __forceinline__ float deq_elem<NF_TYPE_Q4_K>(const uint8_t *row, int64_t i) {
-    const uint8_t *b = row + (size_t)(i / 256) * 144;
-    const int e = (int)(i % 256), J = e / 32, l = e % 32;
-    int sc, m;
-    scale_min_k4(J, b + 4, sc, m);
-    const int q = (b[16 + 32 * (J / 2) + l] >> (4 * (J & 1))) & 0xF;
-    return __fsub_rn(__fmul_rn(__fmul_rn(ld_h(b), (float)sc), (float)q), __fmul_rn(ld_h(b + 2), (float)m));
-}
-template <> __device__ __forceinline__ float deq_elem<NF_TYPE_Q2_K>(const uint8_t *row, int64_t i) {
-    const uint8_t *b = row + (size_t)(i / 256) * 84;
-    const int e = (int)(i % 256), n = e / 128, k = (e % 128) / 32, l = e % 32;
-    const int q = (b[16 + 32 * n + l] >> (2 * k)) & 3;
-    const uint8_t sc = b[e / 16];
-    return __fsub_rn(__fmul_rn(__fmul_rn(ld_h(b + 80), (float)(sc & 0xF)), (float)q),
-                     __fmul_rn(ld_h(b + 82), (float)(sc >> 4)));
-}
-__device__ __forceinline__ int q6_value(const uint8_t *b, int e) {
-    const int n = e / 128, r = e % 128, qq = r / 32, l = r % 32;
-    const uint8_t lo = b[64 * n + l + 32 * (qq & 1)];
-    const int nib = qq >= 2 ? lo >> 4 : lo & 0xF;
-    const int hi = (b[128 + 32 * n + l] >> (2 * qq)) & 3;
-    return (nib | (hi << 4)) - 32;
-}
-template <> __device__ __forceinline__ float deq_elem<NF_TYPE_Q6_K>(const uint8_t *row, int64_t i) {
-    const uint8_t *b = row + (size_t)(i / 256) * 210;
-    const int e = (int)(i % 256);
-    return __fmul_rn(__fmul_rn(ld_h(b + 208), (float)(int8_t)b[192 + e / 16]), (float)q6_value(b, e));
-}
-template <> __device__ __forceinline__ float deq_elem<NF_TYPE_IQ2_XXS>(const uint8_t *row, int64_t i) {
-    const uint8_t *b = row + (size_t)(i / 256) * 66;
-    const int e = (int)(i % 256), ib = e / 32, l = (e % 32) / 8, k = e % 8;
-    const uint32_t ga = ld_u32(b + 2 + 8 * ib), s = ld_u32(b + 2 + 8 * ib + 4);
-    const float db = __fmul_rn(__fmul_rn(ld_h(b), 0.5f + (float)(s >> 28)), 0.25f);
-    const float g = (float)((c_iq2_grid[(ga >> (8 * l)) & 0xFF] >> (8 * k)) & 0xFF);
-    const int neg = (c_iq2_signs[(s >> (7 * l)) & 127] >> k) & 1;
-    return __fmul_rn(db, neg ? -g : g);
 }
 
 /* ---- the product kernel ---- */
@@ -161,7 +80,7 @@ __global__ void __launch_bounds__(32 * MM_WARPS) mm_kernel(mm_args a) {
         const uint8_t *row = a.w + (size_t)s * a.slice_bytes + (size_t)r * a.row_bytes;
         const float *x = a.x + (size_t)(v / a.xdiv) * a.ldx;
         float acc = 0.0f;
-        for (int64_t i = lane; i < a.n; i += 32) acc += deq_elem<TY>(row, i) * x[i];
+        for (int64_t i = lane; i < a.n; i += 32) acc += nf_deq_elem<TY>(row, i) * x[i];
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (lane == 0) a.y[(size_t)v * a.ldy + r] = acc;
@@ -182,6 +101,12 @@ int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t 
     const nf_type_info *ti = nf_type_get(w->type);
     if (!nf_cuda_mat_supported(w->type)) return nf_fail("cuda matmul: type %s unsupported", ti->name ? ti->name : "?");
     if (w->n % ti->block_size) return nf_fail("cuda matmul: row length %lld", (long long)w->n);
+    const int gemm = nf_cuda_gemm_try(c, w, x, ldx, xdiv, smod, ids, y, ldy, nvec);
+    if (gemm < 0) return -1;
+    if (gemm == 0) {
+        if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
+        return 0;
+    }
     mm_args a;
     a.w = w->w;
     a.row_bytes = w->row_bytes;
@@ -219,7 +144,7 @@ __global__ void embed_kernel(const uint8_t *w, size_t row_bytes, int64_t n, cons
     const uint8_t *row = w + (size_t)tokens[t] * row_bytes;
     float *xt = X + (size_t)t * copies * n;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        const float v = deq_elem<TY>(row, i);
+        const float v = nf_deq_elem<TY>(row, i);
         for (int s = 0; s < copies; s++) xt[(size_t)s * n + i] = v;
     }
 }
@@ -282,6 +207,7 @@ extern "C" int nf_cuda_selftest(void) {
         m.rows = rows;
         m.row_bytes = rb;
         m.slice_bytes = rb * rows;
+        m.nmat = 1;
         const int rc = nf_cuda_matmul(&c, &m, dx, T, n, dy, rows);
         const cudaError_t e = cudaDeviceSynchronize();
         cudaMemcpy(y, dy, T * rows * sizeof(float), cudaMemcpyDeviceToHost);
