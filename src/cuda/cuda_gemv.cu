@@ -79,6 +79,22 @@ template <int K> __device__ __forceinline__ float byte_f(uint32_t w, float bias)
 #define MAGIC_S8 8388736.0f         /* 2^23 + 128: (q ^ 0x80) -> q */
 #define MAGIC_Q6 8388640.0f         /* 2^23 + 32: q6 -> q6 - 32 */
 __device__ __forceinline__ float bits_f(uint32_t b) { return __uint_as_float(b); }
+/* PTX prmt (default mode): like __byte_perm, and bit 3 of a selector nibble replicates the sign of that byte */
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+#ifdef __CUDA_ARCH__
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+#else /* the CPU emulation (scripts/cuemu) */
+    const uint64_t v = ((uint64_t)b << 32) | a;
+    uint32_t d = 0;
+    for (int n = 0; n < 4; n++) {
+        const uint32_t c = (sel >> (4 * n)) & 15, byte = (uint32_t)(v >> (8 * (c & 7))) & 0xFFu;
+        d |= (c & 8 ? (byte & 0x80u ? 0xFFu : 0u) : byte) << (8 * n);
+    }
+    return d;
+#endif
+}
 /* 32 bits at a 2-byte-aligned shared address p, as 16-bit halves of the aligned words around it (odd = p % 4 != 0) */
 __device__ __forceinline__ uint32_t ld32_at(const uint8_t *p4, int i, int sh) {
     const uint32_t *w = (const uint32_t *)p4;
@@ -388,9 +404,10 @@ template <> struct unit<NF_TYPE_Q2_K> {
 
 template <> struct unit<NF_TYPE_IQ2_XXS> {
     /* block u/8 (66 bytes: f16 d, 8 groups of 8 bytes), group g = u%8 (values 32g .. 32g+31): a u32 of four grid
-     * indices, a u32 of four 7-bit sign indices (top 4 bits: scale s, db = d * (0.5 + s) / 4). Grid bytes (8, 25
-     * or 43) as denormals with the sign placed in bit 31: bytes 0..2 of a grid word at bit 8k, byte 3 from
-     * word >> 8 at bit 16. */
+     * indices, a u32 of four 7-bit sign indices (top 4 bits: scale s, db = d * (0.5 + s) / 4). A value is the
+     * denormal sign * grid byte * 2^-149, built by one prmt: grid byte (8, 25 or 43) into byte 0, zeros (the
+     * replicated sign of that byte) into bytes 1 and 2, the weight's byte of a sign word (0x80 or 0) into byte 3.
+     * The sign words come from the 8-bit sign pattern by one multiply per 4 weights (bit c to bit 8c+7). */
     static constexpr int COLS = 32;
     float X[32];
     float pw0, pw1;
@@ -409,7 +426,7 @@ template <> struct unit<NF_TYPE_IQ2_XXS> {
         pw0 = pow2f(E / 2);
         pw1 = pow2f(E - E / 2);
 #pragma unroll
-        for (int i = 0; i < 32; i++) X[i] = ldexp2(xs[i], 149 - ((i & 3) == 3 ? 16 : 8 * (i & 3)) - E);
+        for (int i = 0; i < 32; i++) X[i] = ldexp2(xs[i], 149 - E);
     }
     __device__ float dot(const uint8_t *row, const uint8_t *tab) const {
         const uint8_t *p = row + base;
@@ -422,13 +439,13 @@ template <> struct unit<NF_TYPE_IQ2_XXS> {
         for (int l = 0; l < 4; l++) {
             const uint2 gv = *(const uint2 *)(grid + __byte_perm(idx, 0, 0x4440 + l));
             const uint32_t s = signs[(aux >> (7 * l)) & 127];
+            const uint32_t slo = ((s & 0xFu) * 0x10204080u) & 0x80808080u, shi = ((s >> 4) * 0x10204080u) & 0x80808080u;
             float a = 0.f;
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const uint32_t gw = k < 4 ? gv.x : gv.y;
-                const uint32_t src = (k & 3) == 3 ? gw >> 8 : gw;
-                const uint32_t mask = ((k & 3) == 3 ? 0x3F0000u : 0x3Fu << (8 * (k & 3))) | 0x80000000u;
-                a = fmaf(bits_f((src | (s << (31 - k))) & mask), X[8 * l + k], a);
+            for (int k = 0; k < 4; k++) {
+                const uint32_t sel = k | ((8 | k) << 4) | ((8 | k) << 8) | ((4 + k) << 12);
+                a = fmaf(bits_f(prmt(gv.x, slo, sel)), X[8 * l + k], a);
+                a = fmaf(bits_f(prmt(gv.y, shi, sel)), X[8 * l + 4 + k], a);
             }
             acc[l] = a;
         }
@@ -708,6 +725,9 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     if ((size_t)pl->G * rb > GEMV_STAGE_MAX) return 0;
     pl->R = 1;
     while (pl->R < 8 && (size_t)pl->G * 2 * pl->R * rb <= GEMV_STAGE_TARGET) pl->R *= 2;
+    /* a small job keeps at least two batches per SM where it can (more CTAs in flight, shorter tail) */
+    const int64_t nprob = (int64_t)(j->w[1] ? 2 : 1) * j->nvec, sms = g_sms > 0 ? g_sms : 132;
+    while (pl->R > 1 && nprob * ((j->rows + pl->G * pl->R - 1) / (pl->G * pl->R)) < 2 * sms) pl->R /= 2;
     pl->threads = pl->G * pl->tpr;
     pl->stage = (size_t)pl->G * pl->R * rb;
     pl->smem = GEMV_STAGES * pl->stage + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float) + GEMV_TABLE_BYTES;

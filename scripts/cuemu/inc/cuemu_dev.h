@@ -123,14 +123,11 @@ inline void cuemu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t
     }
     cuemu_wait(2);
 }
-/* PRMT: byte n of the result is byte (s >> 4n) & 7 of y:x (bit 3 of the nibble: replicate that byte's sign) */
+/* __byte_perm: byte n of the result is byte (s >> 4n) & 7 of y:x (CUDA ignores bit 3 of the nibble) */
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     const uint64_t v = ((uint64_t)y << 32) | x;
     unsigned r = 0;
-    for (int n = 0; n < 4; n++) {
-        const unsigned sel = (s >> (4 * n)) & 15, b = (unsigned)(v >> (8 * (sel & 7))) & 0xFF;
-        r |= (sel & 8 ? (b & 0x80 ? 0xFFu : 0u) : b) << (8 * n);
-    }
+    for (int n = 0; n < 4; n++) r |= (unsigned)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
     return r;
 }
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
