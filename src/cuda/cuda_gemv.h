@@ -21,6 +21,10 @@
 extern "C" {
 #endif
 
+/* The CUDA backend sends products of at most this many vectors here (decode, the routed experts of a token, a
+ * short verify); more go to its prefill kernels. */
+#define NF_CUDA_GEMV_MAX_VECTORS 8
+
 typedef struct nf_gemv_job {
     uint32_t type;          /* nf_type of the weights */
     int64_t rows, cols;     /* of one matrix */

@@ -10,17 +10,20 @@
  * to 0.4 relative in the logits and diverging greedy tokens on the H200. Dotting the dequantized values makes
  * a model a continuous function of its inputs, and the two backends differ only by the order of f32 additions.
  *
- * Work split (the correctness baseline; speed is later work): one warp per (output row, activation vector),
- * the lanes read a row element-wise. The "ex" form covers every product of the forward: per-head matrices of a
- * 3-D tensor (matrix = vector % heads) and routed experts (matrix = ids[vector], the activation row shared by
- * the k slots of a token). Products over NF_CUDA_GEMM_MIN_VECTORS or more vectors per matrix (prefill) go to the
- * tiled GEMM of cuda_gemm.cu instead, which reads each weight once per tile of vectors (bf16 tensor cores). */
+ * Work split: up to 8 vectors (decode, a token's routed experts, a short verify) go to cuda_gemv.cu's streaming
+ * products (weights read once, f32 exact); products over NF_CUDA_GEMM_MIN_VECTORS or more vectors per matrix
+ * (prefill) go to the tiled GEMM of cuda_gemm.cu, which reads each weight once per tile of vectors (bf16 tensor
+ * cores); what is left runs the baseline kernel here: one warp per (output row, activation vector), the lanes
+ * read a row element-wise. The "ex" form covers every product of the forward: per-head matrices of a 3-D tensor
+ * (matrix = vector % heads) and routed experts (matrix = ids[vector], the activation row shared by the k slots of
+ * a token). */
 #include <cuda_fp16.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda/backend_cuda.h"
 #include "cuda/cuda_dequant.h"
+#include "cuda/cuda_gemv.h"
 #include "cuda/cuda_internal.h"
 
 /* NF_CUDA_SYNC=1 (diagnostic): wait for the stream after every product */
@@ -29,7 +32,7 @@ static int g_sync = 0;
 int nf_cuda_formats_init(void) {
     g_sync = getenv("NF_CUDA_SYNC") != nullptr;
     NF_CU(nf_dequant_tables_init());
-    return 0;
+    return nf_cuda_gemv_init();
 }
 
 int nf_cuda_mat_supported(uint32_t type) {
@@ -101,6 +104,12 @@ int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t 
     const nf_type_info *ti = nf_type_get(w->type);
     if (!nf_cuda_mat_supported(w->type)) return nf_fail("cuda matmul: type %s unsupported", ti->name ? ti->name : "?");
     if (w->n % ti->block_size) return nf_fail("cuda matmul: row length %lld", (long long)w->n);
+    if (nvec <= NF_CUDA_GEMV_MAX_VECTORS) { /* decode: the streaming products of cuda_gemv.cu (weights read once) */
+        if (nf_cuda_gemv_ex(w->type, w->w, w->rows, w->n, w->slice_bytes, x, ldx, xdiv, smod, ids, y, ldy, nvec, c->stream) < 0)
+            return -1;
+        if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
+        return 0;
+    }
     const int gemm = nf_cuda_gemm_try(c, w, x, ldx, xdiv, smod, ids, y, ldy, nvec);
     if (gemm < 0) return -1;
     if (gemm == 0) {

@@ -4,13 +4,43 @@
  * The router (sigmoid scores, biased choice, top-k with ties to the lower expert index, normalised and scaled
  * weights) runs on the device, so the chosen experts never travel to the host: the expert products are one
  * launch each for gate, up and down over all (token, slot) pairs, each reading its expert id from device
- * memory. The weighted expert outputs of a token are summed in ascending expert order, then the shared expert
- * is added, as the CPU does, so the sum does not depend on the slot order. */
+ * memory (for one token, gate and up of all k slots are a single launch). The weighted expert outputs of a token
+ * are summed in ascending expert order, then the shared expert is added, as the CPU does, so the sum does not
+ * depend on the slot order. */
+#include "cuda/cuda_gemv.h"
 #include "cuda/cuda_internal.h"
 
 static unsigned blocks_for(int64_t n) {
     int64_t b = (n + 255) / 256;
     return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+/* a = G x, b = U x for nvec vectors (matmul_ex's arguments): for decode-sized products one launch of
+ * cuda_gemv.cu for both matrices (the same kernel, hence the same values, as two products) */
+static int gate_up(nf_cuda *c, const nf_cuda_mat *g, const nf_cuda_mat *u, const float *x, int64_t ldx, int xdiv,
+                   const int32_t *ids, float *a, float *b, int64_t ldy, int nvec) {
+    if (nvec > NF_CUDA_GEMV_MAX_VECTORS || g->type != u->type || g->n != u->n || g->rows != u->rows || g->slice_bytes != u->slice_bytes)
+        return nf_cuda_matmul_ex(c, g, x, ldx, xdiv, 1, ids, a, ldy, nvec) < 0 ||
+                       nf_cuda_matmul_ex(c, u, x, ldx, xdiv, 1, ids, b, ldy, nvec) < 0
+                   ? -1
+                   : 0;
+    nf_gemv_job j;
+    memset(&j, 0, sizeof j);
+    j.type = g->type;
+    j.rows = g->rows;
+    j.cols = g->n;
+    j.slice_bytes = g->slice_bytes;
+    j.w[0] = g->w;
+    j.w[1] = u->w;
+    j.y[0] = a;
+    j.y[1] = b;
+    j.x = x;
+    j.ldx = ldx;
+    j.xdiv = xdiv;
+    j.ids = ids;
+    j.ldy = ldy;
+    j.nvec = nvec;
+    return nf_cuda_gemv_run(&j, c->stream);
 }
 
 static int mlp(nf_cuda *c, const nf_tensor *tg, const nf_tensor *tu, const nf_tensor *td, const float *x, int T,
@@ -20,7 +50,7 @@ static int mlp(nf_cuda *c, const nf_tensor *tg, const nf_tensor *tu, const nf_te
     nf_cuda_scratch sc(c);
     float *a = sc.get<float>((size_t)T * I), *b = sc.get<float>((size_t)T * I);
     if (!a || !b) return nf_fail("cuda mlp: out of device memory");
-    if (nf_cuda_matmul(c, &g, x, T, n, a, I) < 0 || nf_cuda_matmul(c, &u, x, T, n, b, I) < 0) return -1;
+    if (gate_up(c, &g, &u, x, n, 1, nullptr, a, b, I, T) < 0) return -1;
     if (nf_cuda_swiglu(c, a, b, (int64_t)T * I, limit, a) < 0) return -1;
     return nf_cuda_matmul(c, &d, a, T, I, y, d.rows);
 }
@@ -107,9 +137,7 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     router_kernel<<<T, 256, 2 * E * sizeof(float), c->stream>>>(logit, bias, E, k, hp->expert_weights_norm,
                                                                  hp->expert_weights_scale, expert_of, weight_of);
     NF_LAUNCHED();
-    if (nf_cuda_matmul_ex(c, &g, x, n, k, 1, expert_of, a, I, T * k) < 0 ||
-        nf_cuda_matmul_ex(c, &u, x, n, k, 1, expert_of, b, I, T * k) < 0)
-        return -1;
+    if (gate_up(c, &g, &u, x, n, k, expert_of, a, b, I, T * k) < 0) return -1;
     if (nf_cuda_swiglu(c, a, b, (int64_t)T * k * I, hp->swiglu_limit, a) < 0) return -1;
     if (nf_cuda_matmul_ex(c, &d, a, I, 1, 1, expert_of, out, n, T * k) < 0) return -1;
     if (has_shared && mlp(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared) < 0)

@@ -21,8 +21,9 @@
  *  3. GPU self-consistency: in the default mode, prefill in two chunks of >= 16 tokens is bit-identical to the
  *     one-shot prefill (a vector's GEMM result does not depend on the tile it shares, and every other kernel
  *     computes a token's values in the same order whatever T is); chunked prefill with chunks under the GEMM
- *     threshold and token-by-token decode (the per-vector kernel only) are bit-identical to each other and within
- *     LOGIT_TOL of the f32-GEMM one-shot prefill (they differ by summation order).
+ *     threshold (the per-vector kernel) and token-by-token decode (cuda_gemv.cu's streaming kernels, <= 8
+ *     vectors) are each within LOGIT_TOL of the f32-GEMM one-shot prefill with the same selections (the three
+ *     product kernels differ by summation order, so not bit for bit).
  *  4. greedy: 64 greedy steps after an 8-token prompt on each backend (f32 GEMM); the token sequences must be
  *     identical.
  *  5. state: snapshot/restore and checkpoint/rollback on the device reproduce a 16-token continuation
@@ -510,7 +511,7 @@ static void state_checks(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, i
     /* a fresh device state restored from the snapshot */
     nf_state *st2 = nf_backend_state_create(gpu, 16);
     CHECK(st2 && snap && nf_state_restore(st2, snap) == 0, "restore into fresh: %s", nf_error());
-    CHECK(st2 && nf_prefill(gpu, st2, tok + P, K, 0, B, 1, NULL) == 0, "decode D: %s", nf_error());
+    CHECK(st2 && nf_prefill(gpu, st2, tok + P, K, 1, B, 1, NULL) == 0, "decode D: %s", nf_error());
     int same_fresh = !memcmp(A, B, (size_t)K * V * sizeof(float));
     CHECK(same_fresh, "fresh state restored from snapshot differs");
     /* device state -> host state, continued on the CPU */
@@ -623,10 +624,14 @@ static void test_model(const char *label, const char *path, const char *recipe, 
         float *g3 = nf_xmalloc((size_t)n * V * sizeof(float));
         int32_t *sg3 = nf_xcalloc(nsel, sizeof(int32_t));
         CHECK(prefill(gpu, tok, n, 1, g3, n_mla ? sg3 : NULL, n) == 0, "gpu decode: %s", nf_error());
-        same = !memcmp(g2, g3, (size_t)n * V * sizeof(float)) && !memcmp(sg2, sg3, nsel * sizeof(int32_t));
-        printf("  gpu token-by-token vs chunk %d: %s\n", small, same ? "bit-identical" : "DIFFERENT");
-        CHECK(same, "gpu token-by-token decode differs from chunk %d", small);
-        chunk_ok &= same;
+        int dec_over, dec_am;
+        const double dd = compare_logits(g3, g1, n, V, tol, &dec_over, &dec_am);
+        const int dec_sel = n_mla ? sel_rows_differ(sg3, sg, (size_t)n_mla * n, width) : 0;
+        printf("  gpu token-by-token (streaming GEMV) vs f32-GEMM one-shot: max rel %.2e (%d/%d over tol), selection rows differing %d\n",
+               dd, dec_over, n, dec_sel);
+        CHECK(dec_over == 0, "gpu token-by-token decode: %d positions over the tolerance", dec_over);
+        if (strict) CHECK(dec_sel == 0, "gpu token-by-token decode: %d selection rows differ", dec_sel);
+        chunk_ok &= dec_over == 0;
         free(g3);
         free(sg3);
     }

@@ -14,7 +14,8 @@ typedef enum { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToH
 enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2, cudaMemPoolAttrReleaseThreshold = 4,
        cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 /* device attributes and graph capture: the values the emulation reports are placeholders */
-enum { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaStreamCaptureModeGlobal = 0 };
+enum { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaStreamCaptureModeGlobal = 0,
+       cudaStreamCaptureModeRelaxed = 2 };
 typedef void *cudaGraph_t;
 typedef void *cudaGraphExec_t;
 #ifdef __cplusplus
