@@ -9,19 +9,19 @@
  * 4-stage pipeline (3 batches in flight while one is decoded), so the global loads are fully coalesced whatever
  * the block size and alignment of the format. Every thread then reads its unit of R rows from shared memory,
  * decodes it in registers and accumulates R partial sums; a warp reduces them by a transposing butterfly (one
- * row per lane group), the warps of a row group add theirs in a fixed order. A persistent grid (about one wave
- * of CTAs) takes batches round-robin; a job of several vectors/matrices is one launch with blockIdx.y = problem.
+ * row per lane group), the warps of a row group add theirs in a fixed order. A persistent grid (one wave of
+ * CTAs) takes batches round-robin; a job of several vectors/matrices is one launch with blockIdx.y = problem.
  * The per-row summation order depends only on (format, row length), not on the grid, batch size or nvec.
  *
  * Arithmetic (why it is dequantize-then-dot): every dequantized weight of these formats is a block scale times a
- * small integer code (minus a scaled min), and those products are exact in f32 (d*sc*q has at most 21
- * significant bits for Q8_0, Q4_K, Q2_K, IQ2_XXS). So sum_e w_e x_e = d*sc * sum q_e x_e - dmin*m * sum x_e in
- * real arithmetic, and the kernels sum the codes against x and apply each scale once per sub-block; only the
- * rounding of partial sums differs from the CPU, except for the rare weight nf_dequantize itself rounds (Q6_K's
- * d*sc*(q-32) can need 25 bits; Q4_K/Q2_K's d*sc*q - dmin*m when the two exponents are far apart): there the
- * kernel uses the exact value, one ulp away. Codes of 2 and 4 bits are turned into floats by one AND: code bits left in the mantissa of a zero-exponent
- * word are the denormal q * 2^(pos-149), and the activation is stored pre-multiplied by 2^(149-pos-E) (E: a
- * per-thread exponent from its largest |x|, undone once per row), so one FFMA multiplies q by x exactly as a
+ * small integer code (minus a scaled min), and those products are exact in f32 (d*sc*q has at most 21 significant
+ * bits for Q8_0, Q4_K, Q2_K, IQ2_XXS). So sum_e w_e x_e = d*sc * sum q_e x_e - dmin*m * sum x_e in real arithmetic,
+ * and the kernels sum the codes against x and apply each scale once per sub-block; only the rounding of partial
+ * sums differs from the CPU, except for the rare weight nf_dequantize itself rounds (Q6_K's d*sc*(q-32) can need 25
+ * bits; Q4_K/Q2_K's d*sc*q - dmin*m when the two exponents are far apart): there the kernel uses the exact value,
+ * one ulp away. Codes of 2 and 4 bits are turned into floats by one AND: code bits left in the mantissa of a zero-
+ * exponent word are the denormal q * 2^(pos-149), and the activation is stored pre-multiplied by 2^(149-pos-E) (E:
+ * a per-thread exponent from its largest |x|, undone once per row), so one FFMA multiplies q by x exactly as a
  * float q would. This needs denormals honoured (no --use_fast_math / -ftz=true). Signed 8-bit and 6-bit codes go
  * through the 2^23 magic number (byte_perm + one FADD, exact).
  *
@@ -706,6 +706,31 @@ extern "C" int nf_cuda_gemv_init(void) {
     return 0;
 }
 
+/* CTAs of a kernel configuration resident per SM (the runtime's occupancy calculation, remembered) */
+static int resident_ctas(stream_fn k, int threads, size_t smem) {
+    static struct {
+        stream_fn k;
+        int threads;
+        size_t smem;
+        int n;
+    } memo[64];
+    static int n_memo = 0;
+    for (int i = 0; i < n_memo; i++)
+        if (memo[i].k == k && memo[i].threads == threads && memo[i].smem == smem) return memo[i].n;
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, threads, smem) != cudaSuccess || n < 1) {
+        (void)cudaGetLastError();
+        n = 1;
+    }
+    if (n_memo < 64) {
+        memo[n_memo].k = k;
+        memo[n_memo].threads = threads;
+        memo[n_memo].smem = smem;
+        memo[n_memo++].n = n;
+    }
+    return n;
+}
+
 extern "C" int nf_cuda_gemv_supports(uint32_t type) { return kernels_of(type) != nullptr; }
 
 /* geometry of the streaming kernel for a job, or 0 when it does not take it */
@@ -775,17 +800,13 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         p.batch_rows = pl.G * pl.R;
         p.nbatches = (j->rows + p.batch_rows - 1) / p.batch_rows;
         p.stage_bytes = (int)pl.stage;
-        /* about one wave: CTAs resident per SM from shared memory, threads and 128 registers per thread */
-        int per_sm = (int)((227u * 1024u) / (pl.smem + 1024));
-        const int by_threads = 2048 / pl.threads, by_regs = 65536 / (128 * pl.threads);
-        if (by_threads < per_sm) per_sm = by_threads;
-        if (by_regs < per_sm) per_sm = by_regs;
-        if (per_sm < 1) per_sm = 1;
-        int64_t per_prob = ((int64_t)(g_sms > 0 ? g_sms : 132) * per_sm + nprob - 1) / nprob;
-        if (per_prob > p.nbatches) per_prob = p.nbatches;
-        if (per_prob < 1) per_prob = 1;
+        /* one wave: as many CTAs as fit on the device at once, shared among the problems */
         const int ri = pl.R == 1 ? 0 : pl.R == 2 ? 1 : pl.R == 4 ? 2 : 3;
         stream_fn k = ks->k[ri];
+        const int per_sm = resident_ctas(k, pl.threads, pl.smem);
+        int64_t per_prob = (int64_t)g_sms * per_sm / nprob;
+        if (per_prob > p.nbatches) per_prob = p.nbatches;
+        if (per_prob < 1) per_prob = 1;
         k<<<dim3((unsigned)per_prob, (unsigned)nprob), dim3((unsigned)pl.threads), pl.smem, s>>>(p);
     } else {
         const dim3 block(32, 4), grid((unsigned)((j->rows + 3) / 4), (unsigned)nprob);

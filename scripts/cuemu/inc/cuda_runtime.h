@@ -62,5 +62,6 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 }
 #include "cuemu_dev.h"
 template <class F> cudaError_t cudaFuncSetAttribute(F, int, int) { return 0; }
+template <class F> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F, int, size_t) { *n = 2; return 0; }
 #endif
 #endif
