@@ -4,13 +4,14 @@
  * Streaming kernel gemv_stream<TY, R>. A row of the matrix is cut into `units` (a fixed set of columns per format:
  * 8 interleaved 16-byte chunks of f32/f16/bf16, a pair of Q8_0 blocks, a 64-value quarter of a Q4_K/Q6_K/Q2_K
  * block, a 32-value IQ2_XXS group); thread u of a row group owns unit u of every row, so it loads its activation
- * values once and keeps them in registers for all the rows it meets. A CTA holds G row groups; it walks batches
- * of G*R consecutive rows (one contiguous byte range), copied into shared memory with 16-byte cp.async in a
- * 4-stage pipeline (3 batches in flight while one is decoded), so the global loads are fully coalesced whatever
- * the block size and alignment of the format. Every thread then reads its unit of R rows from shared memory,
- * decodes it in registers and accumulates R partial sums; a warp reduces them by a transposing butterfly (one
- * row per lane group), the warps of a row group add theirs in a fixed order. A persistent grid (one wave of
- * CTAs) takes batches round-robin; a job of several vectors/matrices is one launch with blockIdx.y = problem.
+ * values once and keeps them in registers for all the rows it meets. A CTA holds G row groups; it walks batches of
+ * G*R consecutive rows (one contiguous byte range), copied into shared memory with 16-byte cp.async in a pipeline
+ * of 3..8 stages (all but one in flight while one is decoded; sized per shape, see plan_stream), so the global
+ * loads are fully coalesced whatever the block size and alignment of the format. Every thread then reads its unit
+ * of R rows from shared memory, decodes it in registers and accumulates R partial sums; a warp reduces them by a
+ * transposing butterfly (one row per lane group), the warps of a row group add theirs in a fixed order. A
+ * persistent grid (one wave of CTAs) takes batches round-robin; a job of several vectors/matrices is one launch
+ * with blockIdx.y = problem.
  * The per-row summation order depends only on (format, row length), not on the grid, batch size or nvec.
  *
  * Arithmetic (why it is dequantize-then-dot): every dequantized weight of these formats is a block scale times a
@@ -47,10 +48,10 @@ int nf_fail(const char *fmt, ...);
 #error "cuda_gemv.cu decodes codes as f32 denormals: build it without --use_fast_math (no flush to zero)"
 #endif
 
-#define GEMV_STAGES 4              /* shared-memory stages of the streaming pipeline */
+#define GEMV_MAX_STAGES 8          /* shared-memory stages of the streaming pipeline (3 .. 8, chosen per shape) */
 #define GEMV_MAX_THREADS 512       /* per CTA (launch bound: up to 128 registers per thread) */
-#define GEMV_STAGE_TARGET 12288    /* bytes of one batch, when rows are short enough */
-#define GEMV_STAGE_MAX 50176       /* longest batch (one row group of one row) the streaming kernel takes */
+#define GEMV_STAGE_MAX 65536       /* largest batch: one row group of one row must fit (with 3 stages) */
+#define GEMV_FLIGHT_GOAL 196608    /* bytes in flight per SM that cover HBM latency at full bandwidth */
 #define GEMV_TABLE_BYTES 2176      /* IQ2_XXS grid (2048) + signs (128), copied to shared memory per CTA */
 
 __device__ uint64_t g_iq2_grid[256];
@@ -468,6 +469,7 @@ struct gemv_params {
     int batch_rows;          /* G * R */
     int64_t nbatches;
     int stage_bytes;         /* batch_rows * row_bytes */
+    int nst;                 /* stages: nst - 1 batches in flight while one is decoded */
 };
 
 /* The R partial sums of a warp, reduced across its 32 lanes: afterwards lane l holds the sum of row
@@ -498,7 +500,7 @@ template <int TY, int R>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_params p) {
     extern __shared__ float sh[];
     uint8_t *stage = (uint8_t *)sh;
-    float *red = (float *)(stage + GEMV_STAGES * p.stage_bytes); /* [warps][R] */
+    float *red = (float *)(stage + (size_t)p.nst * p.stage_bytes); /* [warps][R] */
     uint8_t *tab = (uint8_t *)(red + (GEMV_MAX_THREADS / 32) * 8);
     const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
     const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
@@ -519,8 +521,8 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
         __pipeline_commit();
     };
     const int64_t b0 = blockIdx.x, bstep = gridDim.x;
-#pragma unroll
-    for (int i = 0; i < GEMV_STAGES - 1; i++) issue(b0 + i * bstep, i);
+    const int nst = p.nst;
+    for (int i = 0; i < nst - 1; i++) issue(b0 + i * bstep, i);
 
     if constexpr (TY == NF_TYPE_IQ2_XXS) {
         for (int i = tid; i < 256; i += nthreads) ((uint64_t *)tab)[i] = g_iq2_grid[i];
@@ -533,10 +535,17 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
 
     int k = 0;
     for (int64_t b = b0; b < p.nbatches; b += bstep, k++) {
-        issue(b + (GEMV_STAGES - 1) * bstep, (k + GEMV_STAGES - 1) % GEMV_STAGES);
-        __pipeline_wait_prior(GEMV_STAGES - 1);
+        issue(b + (nst - 1) * bstep, (k + nst - 1) % nst);
+        switch (nst) { /* this batch's copies have landed: at most nst - 1 younger groups pending */
+        case 3: __pipeline_wait_prior(2); break;
+        case 4: __pipeline_wait_prior(3); break;
+        case 5: __pipeline_wait_prior(4); break;
+        case 6: __pipeline_wait_prior(5); break;
+        case 7: __pipeline_wait_prior(6); break;
+        default: __pipeline_wait_prior(7); break;
+        }
         __syncthreads();
-        const uint8_t *mine = stage + (size_t)(k % GEMV_STAGES) * p.stage_bytes + (size_t)g * R * p.row_bytes;
+        const uint8_t *mine = stage + (size_t)(k % nst) * p.stage_bytes + (size_t)g * R * p.row_bytes;
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] = active ? U.dot(mine + (size_t)r * p.row_bytes, tab) : 0.f;
@@ -682,7 +691,7 @@ static const stream_kernels k_stream[] = {KSET(NF_TYPE_F32),  KSET(NF_TYPE_F16),
                                           KSET(NF_TYPE_Q2_K), KSET(NF_TYPE_IQ2_XXS)};
 #define N_STREAM ((int)(sizeof k_stream / sizeof k_stream[0]))
 
-static int g_sms = 0; /* set by nf_cuda_gemv_init */
+static int g_sms = 0, g_smem_optin = 0; /* set by nf_cuda_gemv_init */
 
 static const stream_kernels *kernels_of(uint32_t type) {
     for (int i = 0; i < N_STREAM; i++)
@@ -698,46 +707,35 @@ extern "C" int nf_cuda_gemv_init(void) {
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, dev);
     int smem_max = 0;
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    /* all of the SM's L1/shared storage as shared memory: the kernels use no L1 to speak of, and a smaller
+     * carveout could hold fewer CTAs than the occupancy the grid is sized for */
     for (int i = 0; i < N_STREAM && e == cudaSuccess; i++)
-        for (int r = 0; r < 4 && e == cudaSuccess; r++)
+        for (int r = 0; r < 4 && e == cudaSuccess; r++) {
             e = cudaFuncSetAttribute(k_stream[i].k[r], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+            if (e == cudaSuccess)
+                e = cudaFuncSetAttribute(k_stream[i].k[r], cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         cudaSharedmemCarveoutMaxShared);
+        }
+    g_smem_optin = smem_max;
     if (e != cudaSuccess) return nf_fail("cuda gemv init: %s", cudaGetErrorString(e));
     if (g_sms <= 0) g_sms = 1;
     return 0;
 }
 
-/* CTAs of a kernel configuration resident per SM (the runtime's occupancy calculation, remembered) */
-static int resident_ctas(stream_fn k, int threads, size_t smem) {
-    static struct {
-        stream_fn k;
-        int threads;
-        size_t smem;
-        int n;
-    } memo[64];
-    static int n_memo = 0;
-    for (int i = 0; i < n_memo; i++)
-        if (memo[i].k == k && memo[i].threads == threads && memo[i].smem == smem) return memo[i].n;
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k, threads, smem) != cudaSuccess || n < 1) {
-        (void)cudaGetLastError();
-        n = 1;
-    }
-    if (n_memo < 64) {
-        memo[n_memo].k = k;
-        memo[n_memo].threads = threads;
-        memo[n_memo].smem = smem;
-        memo[n_memo++].n = n;
-    }
-    return n;
-}
-
 extern "C" int nf_cuda_gemv_supports(uint32_t type) { return kernels_of(type) != nullptr; }
 
-/* geometry of the streaming kernel for a job, or 0 when it does not take it */
+/* Geometry of the streaming kernel for a job, or 0 when it does not take it. Batch rows (R per row group) and
+ * stages are chosen, for each (format, row length, largest R the job's size allows), to keep at least
+ * GEMV_FLIGHT_GOAL bytes in flight per SM at the occupancy the runtime computes (registers, shared memory),
+ * then to hold the most CTAs per SM, then to take the largest batches (fewer barriers per byte). */
 struct stream_plan {
-    int units, tpr, G, R, threads;
+    int units, tpr, G, R, threads, nst, per_sm;
     size_t stage, smem;
+    stream_fn k;
 };
+static size_t stream_smem(int nst, size_t stage) {
+    return (size_t)nst * stage + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float) + GEMV_TABLE_BYTES;
+}
 static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     const stream_kernels *ks = kernels_of(j->type);
     const size_t rb = nf_row_bytes(j->type, j->cols);
@@ -747,15 +745,66 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     if (pl->units > GEMV_MAX_THREADS) return 0;
     pl->tpr = (pl->units + 31) / 32 * 32;
     pl->G = pl->tpr >= 256 ? 1 : 256 / pl->tpr;
-    if ((size_t)pl->G * rb > GEMV_STAGE_MAX) return 0;
-    pl->R = 1;
-    while (pl->R < 8 && (size_t)pl->G * 2 * pl->R * rb <= GEMV_STAGE_TARGET) pl->R *= 2;
-    /* a small job keeps at least two batches per SM where it can (more CTAs in flight, shorter tail) */
-    const int64_t nprob = (int64_t)(j->w[1] ? 2 : 1) * j->nvec, sms = g_sms > 0 ? g_sms : 132;
-    while (pl->R > 1 && nprob * ((j->rows + pl->G * pl->R - 1) / (pl->G * pl->R)) < 2 * sms) pl->R /= 2;
     pl->threads = pl->G * pl->tpr;
+    if ((size_t)pl->G * rb > GEMV_STAGE_MAX) return 0;
+    /* a small job keeps at least two batches per SM where it can (more CTAs busy, a shorter tail) */
+    const int64_t nprob = (int64_t)(j->w[1] ? 2 : 1) * j->nvec, sms = g_sms > 0 ? g_sms : 132;
+    int rmax = 8;
+    while (rmax > 1 && nprob * ((j->rows + pl->G * rmax - 1) / (pl->G * rmax)) < 2 * sms) rmax /= 2;
+    static struct {
+        uint32_t type;
+        int64_t cols;
+        int rmax, R, nst, per_sm;
+    } memo[64];
+    static int n_memo = 0;
+    for (int i = 0; i < n_memo; i++)
+        if (memo[i].type == j->type && memo[i].cols == j->cols && memo[i].rmax == rmax) {
+            pl->R = memo[i].R;
+            pl->nst = memo[i].nst;
+            pl->per_sm = memo[i].per_sm;
+            goto planned;
+        }
+    {
+        size_t best_flight = 0;
+        int best = 0;
+        for (int ri = 0; ri < 4 && (1 << ri) <= rmax; ri++) {
+            const size_t stage = (size_t)pl->G * (1 << ri) * rb;
+            for (int nst = 3; nst <= GEMV_MAX_STAGES; nst++) {
+                const size_t smem = stream_smem(nst, stage);
+                if (g_smem_optin > 0 && smem > (size_t)g_smem_optin) break;
+                int ctas = 0;
+                if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, ks->k[ri], pl->threads, smem) != cudaSuccess) {
+                    (void)cudaGetLastError();
+                    ctas = 0;
+                }
+                if (ctas < 1) continue;
+                size_t flight = (size_t)ctas * (nst - 1) * stage;
+                if (flight > GEMV_FLIGHT_GOAL) flight = GEMV_FLIGHT_GOAL;
+                /* more in flight; then more CTAs; then larger batches (later ri); then fewer stages (earlier nst) */
+                if (!best || flight > best_flight || (flight == best_flight && ctas > pl->per_sm) ||
+                    (flight == best_flight && ctas == pl->per_sm && (1 << ri) > pl->R)) {
+                    best = 1;
+                    best_flight = flight;
+                    pl->R = 1 << ri;
+                    pl->nst = nst;
+                    pl->per_sm = ctas;
+                }
+            }
+        }
+        if (!best) return 0;
+        if (n_memo < 64) {
+            memo[n_memo].type = j->type;
+            memo[n_memo].cols = j->cols;
+            memo[n_memo].rmax = rmax;
+            memo[n_memo].R = pl->R;
+            memo[n_memo].nst = pl->nst;
+            memo[n_memo++].per_sm = pl->per_sm;
+        }
+    }
+planned:
     pl->stage = (size_t)pl->G * pl->R * rb;
-    pl->smem = GEMV_STAGES * pl->stage + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float) + GEMV_TABLE_BYTES;
+    pl->smem = stream_smem(pl->nst, pl->stage);
+    pl->k = ks->k[pl->R == 1 ? 0 : pl->R == 2 ? 1 : pl->R == 4 ? 2 : 3];
     return 1;
 }
 
@@ -800,13 +849,12 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         p.batch_rows = pl.G * pl.R;
         p.nbatches = (j->rows + p.batch_rows - 1) / p.batch_rows;
         p.stage_bytes = (int)pl.stage;
+        p.nst = pl.nst;
         /* one wave: as many CTAs as fit on the device at once, shared among the problems */
-        const int ri = pl.R == 1 ? 0 : pl.R == 2 ? 1 : pl.R == 4 ? 2 : 3;
-        stream_fn k = ks->k[ri];
-        const int per_sm = resident_ctas(k, pl.threads, pl.smem);
-        int64_t per_prob = (int64_t)g_sms * per_sm / nprob;
+        int64_t per_prob = (int64_t)g_sms * pl.per_sm / nprob;
         if (per_prob > p.nbatches) per_prob = p.nbatches;
         if (per_prob < 1) per_prob = 1;
+        stream_fn k = pl.k;
         k<<<dim3((unsigned)per_prob, (unsigned)nprob), dim3((unsigned)pl.threads), pl.smem, s>>>(p);
     } else {
         const dim3 block(32, 4), grid((unsigned)((j->rows + 3) / 4), (unsigned)nprob);

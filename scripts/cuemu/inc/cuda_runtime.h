@@ -12,7 +12,8 @@ typedef void *cudaEvent_t;
 typedef void *cudaMemPool_t;
 typedef enum { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault } cudaMemcpyKind;
 enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2, cudaMemPoolAttrReleaseThreshold = 4,
-       cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+       cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaFuncAttributePreferredSharedMemoryCarveout = 9,
+       cudaSharedmemCarveoutMaxShared = 100 };
 /* device attributes and graph capture: the values the emulation reports are placeholders */
 enum { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97, cudaStreamCaptureModeGlobal = 0,
        cudaStreamCaptureModeRelaxed = 2 };
