@@ -73,6 +73,45 @@ float nf_dot_f32(const float *a, const float *b, int64_t n) {
     return acc;
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+/* nf_dot_f32 of one row against four activation rows at once (y[t*ldy] for t < 4): each token keeps its own four
+ * accumulators, filled and reduced exactly as nf_dot_f32 does, so every result is nf_dot_f32's bits; the 16
+ * independent multiply-add chains (instead of 4) and the shared row loads make prefill several times faster.
+ * n must be a multiple of 32. */
+static void dot_f32_x4(const float *w, const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy) {
+    __m256 s[4][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) s[t][k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 32)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            const __m256 wk = _mm256_loadu_ps(w + i + 8 * k);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) s[t][k] = _mm256_fmadd_ps(wk, _mm256_loadu_ps(x + t * ldx + i + 8 * k), s[t][k]);
+        }
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) {
+        const __m256 v = _mm256_add_ps(_mm256_add_ps(s[t][0], s[t][1]), _mm256_add_ps(s[t][2], s[t][3]));
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        y[t * ldy] = _mm_cvtss_f32(h);
+    }
+}
+#endif
+
+/* y[t*ldy] = nf_dot_f32(row, x + t*ldx, n) for t < T */
+static void dot_tokens(const float *row, const float *x, int64_t ldx, int T, int64_t n, float *y, int64_t ldy) {
+    int t = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    if (n % 32 == 0)
+        for (; t + 4 <= T; t += 4) dot_f32_x4(row, x + t * ldx, ldx, n, y + t * ldy, ldy);
+#endif
+    for (; t < T; t++) y[t * ldy] = nf_dot_f32(row, x + t * ldx, n);
+}
+
 void nf_mat_row_f32(const nf_mat *w, int64_t r, float *out) {
     const void *row = (const char *)w->data + (size_t)r * w->row_bytes;
     if (w->type == NF_TYPE_F32) memcpy(out, row, (size_t)w->n * sizeof(float));
@@ -93,7 +132,7 @@ static void mm_rows(const mm_job *j, int64_t r0, int64_t r1) {
     if (w->type == NF_TYPE_F32) {
         for (int64_t r = r0; r < r1; r++) {
             const float *row = (const float *)((const char *)w->data + (size_t)r * w->row_bytes);
-            for (int t = 0; t < j->T; t++) j->y[t * j->ldy + r] = nf_dot_f32(row, j->x + t * j->ldx, w->n);
+            dot_tokens(row, j->x, j->ldx, j->T, w->n, j->y + r, j->ldy);
         }
         return;
     }
@@ -110,7 +149,7 @@ static void mm_rows(const mm_job *j, int64_t r0, int64_t r1) {
     if (!buf) abort();
     for (int64_t r = r0; r < r1; r++) {
         nf_mat_row_f32(w, r, buf);
-        for (int t = 0; t < j->T; t++) j->y[t * j->ldy + r] = nf_dot_f32(buf, j->x + t * j->ldx, w->n);
+        dot_tokens(buf, j->x, j->ldx, j->T, w->n, j->y + r, j->ldy);
     }
     free(buf);
 }
