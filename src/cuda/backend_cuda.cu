@@ -1,7 +1,8 @@
 /* backend_cuda.cu — assembles the CUDA backend (backend_cuda.h): device selection, the one stream, the weight
  * upload (the whole tensor region of the mapped GGUF copied once; a tensor's device address is its offset in
- * that region; a synthetic model's region is made by cuda_synth.cu; both checked against free memory first), f32 device copies of small non-f32 vectors, stream-ordered activation memory, the embedding
- * lookup, the RMSNorm block, the output head and the nf_backend table (blocks from cuda_hc.cu, cuda_kda.cu,
+ * that region; a synthetic model's region is made by cuda_synth.cu; both checked against free memory first),
+ * f32 device copies of small non-f32 vectors, stream-ordered activation memory, the embedding lookup, the RMSNorm
+ * block, the output head and the nf_backend table (blocks from cuda_hc.cu, cuda_kda.cu,
  * cuda_mla.cu, cuda_indexer.cu, cuda_moe.cu; the device state from cuda_state.cu).
  *
  * Synchronisation: blocks only enqueue work on the stream; the forward's to_host (logits, optional selection
