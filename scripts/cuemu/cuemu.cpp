@@ -67,6 +67,7 @@ void cuemu_run_grid(dim3 g, dim3 b, size_t smem, const std::function<void()> &bo
     B.bdim = b;
     B.gdim = g;
     B.smem.assign(smem + 16, 0);
+    B.vote.assign(nt, 0);
     B.body = &body;
     for (unsigned bz = 0; bz < g.z; bz++)
         for (unsigned by = 0; by < g.y; by++)

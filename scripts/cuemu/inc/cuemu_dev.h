@@ -20,6 +20,7 @@ struct cuemu_u3 { unsigned x, y, z; };
 #define __constant__
 #define __shared__ static
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 
 struct cuemu_fiber { ucontext_t ctx; unsigned tx, ty; int done, wait; /* 0 run, 1 block bar, 2 warp bar */ };
 struct cuemu_block {
@@ -29,6 +30,7 @@ struct cuemu_block {
     dim3 bdim, gdim;
     cuemu_u3 bidx;
     std::vector<char> smem;
+    std::vector<int> vote;
     double shfl[64][32];
     uint32_t xchg[64][32][8]; /* per-warp register exchange of the emulated warp-wide instructions */
     const std::function<void()> *body;
@@ -41,6 +43,15 @@ inline cuemu_u3 cuemu_tid() { auto &f = cuemu_B->f[cuemu_B->cur]; return cuemu_u
 #define gridDim (cuemu_B->gdim)
 void cuemu_wait(int kind);
 inline void __syncthreads() { cuemu_wait(1); }
+inline int __syncthreads_or(int pred) {
+    auto &B = *cuemu_B;
+    B.vote[B.cur] = pred != 0;
+    cuemu_wait(1);
+    int r = 0;
+    for (size_t i = 0; i < B.f.size(); i++) r |= !B.f[i].done && B.vote[i];
+    cuemu_wait(1);
+    return r;
+}
 template <class T> T __shfl_xor_sync(unsigned, T v, int o) {
     auto &f = cuemu_B->f[cuemu_B->cur];
     int lin = (int)(f.tx + f.ty * cuemu_B->bdim.x), w = lin / 32, lane = lin % 32;
@@ -61,6 +72,48 @@ struct cuemu_cfg {
         cuemu_run_grid(g, b, smem, body);
     }
 };
+/* warp votes and exchanges (one exchange slot per warp; the lanes of a warp call them convergently) */
+inline int cuemu_lane() { auto &f = cuemu_B->f[cuemu_B->cur]; return (int)(f.tx + f.ty * cuemu_B->bdim.x) % 32; }
+inline int cuemu_warp_base() { auto &f = cuemu_B->f[cuemu_B->cur]; return (int)(f.tx + f.ty * cuemu_B->bdim.x) / 32 * 32; }
+inline bool cuemu_live(int i) { return i < (int)cuemu_B->f.size() && !cuemu_B->f[i].done; }
+template <class T> T cuemu_exchange(T v, int src_lane) {
+    const int lane = cuemu_lane(), w = cuemu_warp_base() / 32;
+    T *buf = (T *)cuemu_B->shfl[w];
+    buf[lane] = v;
+    cuemu_wait(2);
+    T r = src_lane >= 0 && src_lane < 32 ? buf[src_lane] : v;
+    cuemu_wait(2);
+    return r;
+}
+template <class T> T __shfl_sync(unsigned, T v, int src) { return cuemu_exchange(v, src & 31); }
+template <class T> T __shfl_up_sync(unsigned, T v, unsigned d) {
+    const int lane = cuemu_lane();
+    T r = cuemu_exchange(v, lane - (int)d);
+    return lane >= (int)d ? r : v;
+}
+template <class T> T __shfl_down_sync(unsigned, T v, unsigned d) {
+    const int lane = cuemu_lane();
+    T r = cuemu_exchange(v, lane + (int)d);
+    return lane + (int)d < 32 ? r : v;
+}
+inline unsigned cuemu_vote(long long v, int kind) {
+    const int lane = cuemu_lane(), base = cuemu_warp_base(), w = base / 32;
+    long long *buf = (long long *)cuemu_B->shfl[w];
+    buf[lane] = v;
+    cuemu_wait(2);
+    unsigned r = 0;
+    for (int j = 0; j < 32; j++)
+        if (cuemu_live(base + j) && (kind == 0 ? buf[j] != 0 : buf[j] == v)) r |= 1u << j;
+    cuemu_wait(2);
+    return r;
+}
+inline unsigned __match_any_sync(unsigned, unsigned v) { return cuemu_vote((long long)v, 1); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
+/* atomics: fibers never preempt each other, so a plain read-modify-write is atomic */
+template <class T> T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
+template <class T> T atomicMax(T *p, T v) { T o = *p; if (v > o) *p = v; return o; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
