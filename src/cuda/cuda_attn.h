@@ -1,0 +1,49 @@
+/* cuda_attn.h — kernel-level entry points of the DSA indexer (pool scoring, exact top-k) and of the sparse MLA
+ * attention core, on raw device buffers and one stream. The backend's blocks (cuda_indexer.cu, cuda_mla.cu)
+ * are built from them; tests/gpu/test_attn.c calls them directly to check exactness on synthetic data and to
+ * time each phase at long contexts without a model.
+ *
+ * Every function only enqueues work on `stream` and returns 0, or -1 with nf_fail (unsupported dims, a CUDA
+ * error). Per-query / per-token results never depend on how many queries or tokens one call covers (each
+ * value is computed in the same order whatever T is), so chunked prefill and decode are bit-identical. */
+#ifndef NF_CUDA_ATTN_H
+#define NF_CUDA_ATTN_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bins of the first radix digit of a score key (its top 12 bits): hist rows have this many entries. */
+#define NF_IDX_HIST_BINS 4096
+
+/* Score the visible pooled keys of T queries at absolute positions pos0 .. pos0+T-1:
+ *   score(t, p) = sum over heads h in order of  w[t][h] * relu((iq[t][h] . pool_key[p]) * hd^-1/2)
+ * (fp32; w already includes the nh^-1/2 factor; the same formula as src/cpu/indexer.c) for p < n_vis(t) =
+ * (pos0+t+1)/kpool, only for queries with n_vis(t) > budget (the others take every pool unscored). Writes
+ * the order-preserving key of each score to keys[t*ld + p] and counts it in hist[t][key >> 20], which the
+ * caller zeroes first. iq [T][nh][hd], w [T][nh], pool_key [pools][hd]; hd % 4 == 0. */
+int nf_cuda_idx_score(cudaStream_t stream, const float *pool_key, const float *iq, const float *w, int64_t pos0, int T,
+                      int nh, int hd, int kpool, int budget, uint32_t *keys, int64_t ld, uint32_t *hist);
+
+/* Selection rows of T queries from nf_cuda_idx_score's keys and histograms: the top `budget` pools by
+ * (score descending, pool index ascending), in that order, each expanded to its kpool token positions; every
+ * pool in ascending order when n_vis <= budget; then, when `tail`, the open tail positions
+ * kpool*n_vis .. pos; then -1 up to `width`. Exact radix select (histogram narrowing, then a sort of the
+ * survivors only). budget <= 4096. */
+int nf_cuda_idx_topk(cudaStream_t stream, const uint32_t *keys, int64_t ld, const uint32_t *hist, int64_t pos0, int T,
+                     int kpool, int budget, int width, int tail, int32_t *sel);
+
+/* Sparse absorbed MLA core for T tokens and H heads: with s over the valid (>= 0) entries of sel[t][width],
+ *   S[t][h][s] = (qt[t][h] . latent[sel[t][s]]) * scale,  p = softmax_s(S),  U[t][h] = sum_s p[t][h][s] latent[sel[t][s]]
+ * qt [T][H][kl], U [T][H][kl]; S is caller scratch of T*H*width floats. A token with no valid entry gets U = 0. */
+int nf_cuda_mla_core(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H, int kl,
+                     int width, float scale, float *S, float *U);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
