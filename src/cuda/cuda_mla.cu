@@ -1,13 +1,25 @@
-/* cuda_mla.cu — multi-head latent attention (NoPE, absorbed form) over the DSA selection, on the GPU (the
- * CPU reference and the mathematics: src/cpu/mla.c).
+/* cuda_mla.cu — multi-head latent attention (NoPE, absorbed form) over the DSA selection, on the GPU (the CPU
+ * reference and the mathematics: src/cpu/mla.c; the kernel-level API: cuda_attn.h).
  *
  * mla_project: q latent (RMSNorm), per-head queries, and the normalised kv latent appended to the device latent
  * cache at [pos, pos+T). mla_attend: qt = Kb_h^T q_h for every (token, head) in one batched product over the 3-D
- * k_b tensor, then one thread block per (token, head): scores against the cached latents of the selected
- * positions, softmax (double sum, selection order, as the CPU), u = sum p c in selection order; then o = Vb_h u
- * (batched over v_b) and the output projection. */
+ * k_b tensor; the sparse core (below); o = Vb_h u (batched over v_b) and the output projection.
+ *
+ * The core is three kernels, each a tiled product that stages the selected latent rows in shared memory once
+ * for a tile of heads (all 64 heads of the release for the scores) instead of once per head:
+ *   scores   S[h][s] = qt_h . c_sel[s] * scale    CTA = token x 64 heads x 64 (decode: 16) selected rows,
+ *            K = the latent dim in chunks of 32; each thread holds a 4 x 4 (decode 4 x 1) block of S;
+ *   softmax  one CTA per (token, head): max, exp, double sum in a fixed order, p = e / sum, in place;
+ *   values   U[h][r] = sum_s p[h][s] c_sel[s][r]  CTA = token x 64 heads x 64 latent columns (decode 16 x 16),
+ *            K = the selection in chunks of 64 rows (chunks without a valid entry skipped).
+ * Every value is accumulated in one register in index order (fused multiply-add), never split across threads
+ * or CTAs, so the tile shapes, which differ between decode (T = 1: more, smaller CTAs to fill the GPU) and
+ * prefill, do not change a single bit: chunked prefill and decode stay bit-identical to one-shot prefill.
+ * The two-pass softmax (scores in global scratch, [T][H][width rounded up to 4]) is what makes that possible
+ * without a split-K combine; prefill runs the core over token chunks so the scratch stays bounded. */
 #include <math.h>
 
+#include "cuda/cuda_attn.h"
 #include "cuda/cuda_internal.h"
 
 int nf_cuda_mla_project(nf_backend *be, int il, nf_state *st, const float *x, int T, float *qr, float *q) {
@@ -31,81 +43,278 @@ int nf_cuda_mla_project(nf_backend *be, int il, nf_state *st, const float *x, in
     return nf_cuda_rmsnorm_rows(c, kv, kv_rows, T, kl, hp->rms_eps, kvn, LS->latent + (size_t)st->pos * kl, kl);
 }
 
-#define ATT_THREADS 256
+#define MC_K 32 /* latent dims staged per step of the scores */
+#define MV_K 64 /* selected rows staged per step of the values (the same for every tile shape: chunks without a
+                   * selected row are skipped, and the skip must not depend on the shape) */
+#define MC_PAD 4 /* row padding of the transposed shared tiles (keeps float4 alignment) */
 
-/* block = (t, h): p[width] scratch row, u[kl] output row */
-__global__ void mla_attend_kernel(const float *latent, const float *qt, const int32_t *sel, int width, int H, int kl,
-                                  float scale, float *P, float *U) {
-    __shared__ float s_inv;
-    __shared__ int s_ns;
-    const int v = blockIdx.x, t = v / H;
-    const int32_t *row = sel + (size_t)t * width;
-    const float *q = qt + (size_t)v * kl;
-    float *p = P + (size_t)v * width;
-    float *u = U + (size_t)v * kl;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-    for (int s = warp; s < width; s += nw) {
-        const int32_t pos = row[s];
-        if (pos < 0) continue;
-        const float *cl = latent + (size_t)pos * kl;
-        float d = 0.0f;
-        for (int r = lane; r < kl; r += 32) d += q[r] * cl[r];
+static __host__ __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
+
+/* S row stride: width rounded up to 4 floats so that rows are float4-aligned */
+static inline int64_t srow(int width) { return ((int64_t)width + 3) & ~(int64_t)3; }
+
+template <int M>
+__device__ __forceinline__ void lds_row(float (&r)[M], const float *p) {
+    if constexpr (M % 4 == 0) {
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        if (lane == 0) p[s] = __fmul_rn(d, scale);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        /* softmax over the valid entries in selection order (src/cpu/vec.c nf_softmax_row) */
-        int ns = 0;
-        float mx = 0.0f;
-        for (int s = 0; s < width; s++) {
-            if (row[s] < 0) continue;
-            if (ns == 0 || p[s] > mx) mx = p[s];
-            ns++;
+        for (int i = 0; i < M; i += 4) {
+            const float4 v = *(const float4 *)(p + i);
+            r[i] = v.x;
+            r[i + 1] = v.y;
+            r[i + 2] = v.z;
+            r[i + 3] = v.w;
         }
-        double sum = 0.0;
-        for (int s = 0; s < width; s++) {
-            if (row[s] < 0) continue;
-            const float e = expf(__fsub_rn(p[s], mx));
-            p[s] = e;
-            sum += e;
-        }
-        s_ns = ns;
-        s_inv = ns ? (float)(1.0 / sum) : 0.0f;
-    }
-    __syncthreads();
-    const float inv = s_inv;
-    for (int r = threadIdx.x; r < kl; r += blockDim.x) {
-        float acc = 0.0f;
-        if (s_ns) {
-            for (int s = 0; s < width; s++) {
-                const int32_t pos = row[s];
-                if (pos < 0) continue;
-                acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(p[s], inv), latent[(size_t)pos * kl + r]));
-            }
-        }
-        u[r] = acc;
+    } else {
+#pragma unroll
+        for (int i = 0; i < M; i++) r[i] = p[i];
     }
 }
+
+/* CTA = (slot tile, token, head tile); threads 16 x 16, thread = MH heads x MS slots */
+template <int MH, int MS>
+__global__ void __launch_bounds__(256) mla_score_kernel(const float *__restrict__ latent, const float *__restrict__ qt,
+                                                        const int32_t *__restrict__ sel, int H, int kl, int width,
+                                                        int64_t lds, float scale, float *__restrict__ S) {
+    constexpr int HT = 16 * MH, ST = 16 * MS;
+    __shared__ __align__(16) float Qs[MC_K][HT + MC_PAD]; /* [dim][head] */
+    __shared__ __align__(16) float Cs[MC_K][ST + MC_PAD]; /* [dim][slot] */
+    __shared__ int32_t pos[ST];
+    const int t = blockIdx.y, s0 = blockIdx.x * ST, h0 = blockIdx.z * HT;
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int32_t *row = sel + (int64_t)t * width;
+    int valid = 0;
+    for (int j = tid; j < ST; j += 256) {
+        const int32_t p = s0 + j < width ? row[s0 + j] : -1;
+        pos[j] = p;
+        valid |= p >= 0;
+    }
+    if (!__syncthreads_or(valid)) return;
+    float acc[MH][MS];
+#pragma unroll
+    for (int i = 0; i < MH; i++)
+#pragma unroll
+        for (int j = 0; j < MS; j++) acc[i][j] = 0.0f;
+    const float *q = qt + ((int64_t)t * H + h0) * kl;
+    for (int kc = 0; kc < kl; kc += MC_K) {
+        const int kw = imin(MC_K, kl - kc), kw4 = kw / 4;
+        /* staging: a thread reads 4 consecutive dims of one row; consecutive threads take consecutive rows, so
+         * the transposed shared stores do not conflict */
+        for (int e = tid; e < HT * kw4; e += 256) {
+            const int r = e % HT, d4 = e / HT;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (h0 + r < H) v = *(const float4 *)(q + (int64_t)r * kl + kc + 4 * d4);
+            Qs[4 * d4][r] = v.x;
+            Qs[4 * d4 + 1][r] = v.y;
+            Qs[4 * d4 + 2][r] = v.z;
+            Qs[4 * d4 + 3][r] = v.w;
+        }
+        for (int e = tid; e < ST * kw4; e += 256) {
+            const int r = e % ST, d4 = e / ST;
+            const int32_t p = pos[r];
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (p >= 0) v = *(const float4 *)(latent + (int64_t)p * kl + kc + 4 * d4);
+            Cs[4 * d4][r] = v.x;
+            Cs[4 * d4 + 1][r] = v.y;
+            Cs[4 * d4 + 2][r] = v.z;
+            Cs[4 * d4 + 3][r] = v.w;
+        }
+        __syncthreads();
+        for (int d = 0; d < kw; d++) {
+            float a[MH], b[MS];
+            lds_row<MH>(a, &Qs[d][ty * MH]);
+            lds_row<MS>(b, &Cs[d][tx * MS]);
+#pragma unroll
+            for (int i = 0; i < MH; i++)
+#pragma unroll
+                for (int j = 0; j < MS; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < MH; i++) {
+        const int h = h0 + ty * MH + i;
+        if (h >= H) continue;
+#pragma unroll
+        for (int j = 0; j < MS; j++) {
+            const int sl = tx * MS + j;
+            if (s0 + sl < width && pos[sl] >= 0) S[((int64_t)t * H + h) * lds + s0 + sl] = __fmul_rn(acc[i][j], scale);
+        }
+    }
+}
+
+/* CTA = (token, head): S row -> p row in place (0 for unselected entries). Max and count are order-free; the
+ * sum is in double (as src/cpu/vec.c nf_softmax_row) with a fixed order: each thread's slots in index order,
+ * then a fixed butterfly per warp, then the warps in order. */
+__global__ void __launch_bounds__(256) mla_softmax_kernel(const int32_t *__restrict__ sel, int H, int width, int64_t lds,
+                                                          float *__restrict__ S) {
+    __shared__ float s_mx[8];
+    __shared__ int s_ns[8];
+    __shared__ double s_sum[8];
+    const int64_t v = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid % 32, wid = tid / 32;
+    const int32_t *row = sel + (v / H) * width;
+    float *x = S + v * lds;
+    float mx = -INFINITY;
+    int ns = 0;
+#pragma unroll 4
+    for (int s = tid; s < width; s += 256)
+        if (row[s] >= 0) {
+            mx = fmaxf(mx, x[s]);
+            ns++;
+        }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        ns += __shfl_xor_sync(0xffffffffu, ns, o);
+    }
+    if (lane == 0) {
+        s_mx[wid] = mx;
+        s_ns[wid] = ns;
+    }
+    __syncthreads();
+    mx = s_mx[0];
+    ns = s_ns[0];
+    for (int w = 1; w < 8; w++) {
+        mx = fmaxf(mx, s_mx[w]);
+        ns += s_ns[w];
+    }
+    double sum = 0.0;
+#pragma unroll 4
+    for (int s = tid; s < width; s += 256) {
+        float e = 0.0f;
+        if (row[s] >= 0) {
+            e = expf(__fsub_rn(x[s], mx));
+            sum += e;
+        }
+        x[s] = e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) s_sum[wid] = sum;
+    __syncthreads();
+    sum = s_sum[0];
+    for (int w = 1; w < 8; w++) sum += s_sum[w];
+    const float inv = ns ? (float)(1.0 / sum) : 0.0f;
+    for (int s = tid; s < width; s += 256) x[s] = __fmul_rn(x[s], inv);
+}
+
+/* CTA = (column tile, token, head tile); threads 16 x 16, thread = MH heads x MC latent columns */
+template <int MH, int MC>
+__global__ void __launch_bounds__(256) mla_value_kernel(const float *__restrict__ latent, const float *__restrict__ P,
+                                                        const int32_t *__restrict__ sel, int H, int kl, int width,
+                                                        int64_t lds, float *__restrict__ U) {
+    constexpr int HT = 16 * MH, CT = 16 * MC;
+    __shared__ __align__(16) float Ps[MV_K][HT + MC_PAD]; /* [selected row][head] */
+    __shared__ __align__(16) float Cs[MV_K][CT + MC_PAD]; /* [selected row][column] */
+    __shared__ int32_t pos[MV_K];
+    const int t = blockIdx.y, c0 = blockIdx.x * CT, h0 = blockIdx.z * HT;
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int32_t *row = sel + (int64_t)t * width;
+    const float *pt = P + ((int64_t)t * H + h0) * lds;
+    float acc[MH][MC];
+#pragma unroll
+    for (int i = 0; i < MH; i++)
+#pragma unroll
+        for (int j = 0; j < MC; j++) acc[i][j] = 0.0f;
+    for (int s0 = 0; s0 < width; s0 += MV_K) {
+        int valid = 0;
+        if (tid < MV_K) {
+            const int32_t p = s0 + tid < width ? row[s0 + tid] : -1;
+            pos[tid] = p;
+            valid = p >= 0;
+        }
+        if (!__syncthreads_or(valid)) continue; /* a chunk without a selected row adds nothing */
+        const int kw = imin(MV_K, width - s0);
+        for (int e = tid; e < HT * MV_K; e += 256) {
+            const int r = e % HT, j = e / HT;
+            Ps[j][r] = h0 + r < H && j < kw ? pt[(int64_t)r * lds + s0 + j] : 0.0f;
+        }
+        for (int e = tid; e < MV_K * (CT / 4); e += 256) {
+            const int j = e / (CT / 4), c4 = e % (CT / 4);
+            const int32_t p = pos[j];
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (p >= 0 && c0 + 4 * c4 < kl) v = *(const float4 *)(latent + (int64_t)p * kl + c0 + 4 * c4);
+            *(float4 *)&Cs[j][4 * c4] = v;
+        }
+        __syncthreads();
+        for (int j = 0; j < kw; j++) {
+            float a[MH], b[MC];
+            lds_row<MH>(a, &Ps[j][ty * MH]);
+            lds_row<MC>(b, &Cs[j][tx * MC]);
+#pragma unroll
+            for (int i = 0; i < MH; i++)
+#pragma unroll
+                for (int k = 0; k < MC; k++) acc[i][k] = fmaf(a[i], b[k], acc[i][k]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < MH; i++) {
+        const int h = h0 + ty * MH + i;
+        if (h >= H) continue;
+#pragma unroll
+        for (int k = 0; k < MC; k++) {
+            const int col = c0 + tx * MC + k;
+            if (col < kl) U[((int64_t)t * H + h) * kl + col] = acc[i][k];
+        }
+    }
+}
+
+extern "C" int nf_cuda_mla_core(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T,
+                                int H, int kl, int width, float scale, float *S, float *U) {
+    if (T <= 0) return 0;
+    if (kl % 4 != 0 || kl <= 0) return nf_fail("cuda mla: kv_lora_rank %d is not a multiple of 4", kl);
+    if (T > 65535) return nf_fail("cuda mla: %d tokens in one attention call", T);
+    const int64_t lds = srow(width);
+    /* decode (few tokens): smaller tiles, so that one token still spreads over most of the GPU */
+    const bool few = T <= 4;
+    if (few) {
+        dim3 g((width + 15) / 16, T, (H + 63) / 64);
+        mla_score_kernel<4, 1><<<g, 256, 0, stream>>>(latent, qt, sel, H, kl, width, lds, scale, S);
+    } else {
+        dim3 g((width + 63) / 64, T, (H + 63) / 64);
+        mla_score_kernel<4, 4><<<g, 256, 0, stream>>>(latent, qt, sel, H, kl, width, lds, scale, S);
+    }
+    NF_LAUNCHED();
+    mla_softmax_kernel<<<(unsigned)((int64_t)T * H), 256, 0, stream>>>(sel, H, width, lds, S);
+    NF_LAUNCHED();
+    if (few) {
+        dim3 g((kl + 15) / 16, T, (H + 15) / 16);
+        mla_value_kernel<1, 1><<<g, 256, 0, stream>>>(latent, S, sel, H, kl, width, lds, U);
+    } else {
+        dim3 g((kl + 63) / 64, T, (H + 63) / 64);
+        mla_value_kernel<4, 4><<<g, 256, 0, stream>>>(latent, S, sel, H, kl, width, lds, U);
+    }
+    NF_LAUNCHED();
+    return 0;
+}
+
+/* score scratch a prefill may hold at once */
+#define MLA_CHUNK_BYTES ((size_t)256 << 20)
 
 int nf_cuda_mla_attend(nf_backend *be, int il, nf_state *st, const float *q, const int32_t *sel, int T, float *y) {
     nf_cuda *c = nf_cuda_of(be);
     if (nf_cuda_state_check(st) < 0) return -1;
     const nf_hparams *hp = &c->m->hp;
     const nf_layer *L = &c->m->layers[il];
-    const int H = hp->n_head, dk = hp->qk_nope_dim, dv = hp->v_head_dim, kl = hp->kv_lora_rank;
+    const int H = hp->n_head, dk = hp->qk_nope_dim, dv = hp->v_head_dim, kl = hp->kv_lora_rank, n = hp->n_embd;
     const int width = nf_topk_width(hp);
+    const size_t per_token = (size_t)H * srow(width) * sizeof(float);
+    const size_t fit = MLA_CHUNK_BYTES / per_token;
+    const int chunk = imin(T, fit < 1 ? 1 : fit > 65535 ? 65535 : (int)fit);
     nf_cuda_scratch sc(c);
-    float *qt = sc.get<float>((size_t)T * H * kl), *P = sc.get<float>((size_t)T * H * width),
-          *U = sc.get<float>((size_t)T * H * kl), *o = sc.get<float>((size_t)T * H * dv);
-    if (!qt || !P || !U || !o) return nf_fail("cuda mla: out of device memory");
-    nf_cuda_mat kb = nf_cuda_mat_of(c, &L->k_b), vb = nf_cuda_mat_of(c, &L->v_b);
-    if (nf_cuda_matmul_ex(c, &kb, q, dk, 1, H, nullptr, qt, kl, T * H) < 0) return -1;
-    mla_attend_kernel<<<T * H, ATT_THREADS, 0, c->stream>>>(st->L[il].latent, qt, sel, width, H, kl,
-                                                             1.0f / sqrtf((float)dk), P, U);
-    NF_LAUNCHED();
-    if (nf_cuda_matmul_ex(c, &vb, U, kl, 1, H, nullptr, o, dv, T * H) < 0) return -1;
-    nf_cuda_mat wo = nf_cuda_mat_of(c, &L->attn_output);
-    return nf_cuda_matmul(c, &wo, o, T, (int64_t)H * dv, y, hp->n_embd);
+    float *qt = sc.get<float>((size_t)chunk * H * kl), *S = sc.get<float>((size_t)chunk * H * srow(width)),
+          *U = sc.get<float>((size_t)chunk * H * kl), *o = sc.get<float>((size_t)chunk * H * dv);
+    if (!qt || !S || !U || !o) return nf_fail("cuda mla: out of device memory");
+    nf_cuda_mat kb = nf_cuda_mat_of(c, &L->k_b), vb = nf_cuda_mat_of(c, &L->v_b), wo = nf_cuda_mat_of(c, &L->attn_output);
+    const float scale = 1.0f / sqrtf((float)dk);
+    for (int t0 = 0; t0 < T; t0 += chunk) {
+        const int tc = imin(chunk, T - t0);
+        if (nf_cuda_matmul_ex(c, &kb, q + (size_t)t0 * H * dk, dk, 1, H, nullptr, qt, kl, tc * H) < 0) return -1;
+        if (nf_cuda_mla_core(c->stream, st->L[il].latent, qt, sel + (size_t)t0 * width, tc, H, kl, width, scale, S, U) < 0)
+            return -1;
+        if (nf_cuda_matmul_ex(c, &vb, U, kl, 1, H, nullptr, o, dv, tc * H) < 0) return -1;
+        if (nf_cuda_matmul(c, &wo, o, tc, (int64_t)H * dv, y + (size_t)t0 * n, n) < 0) return -1;
+    }
+    return 0;
 }
