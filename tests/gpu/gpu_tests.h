@@ -18,5 +18,8 @@ int nf_gpu_test_backend(int quick);
  * forward against the CPU, glm53:q2 at full size when the device holds it, glm53:q8 refused. quick != 0: small
  * presets only. */
 int nf_gpu_test_synth(int quick);
+/* test_attn.c: indexer scoring/top-k and the sparse MLA core vs references on synthetic data (exact selections,
+ * attention within tolerance); bench != 0 adds per-phase timings at long contexts with the release dims. */
+int nf_gpu_test_attn(int bench, int quick);
 
 #endif

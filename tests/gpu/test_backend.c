@@ -29,6 +29,10 @@
  *  5. state: snapshot/restore and checkpoint/rollback on the device reproduce a 16-token continuation
  *     bit-identically; a device state restored into a fresh device state and a device state copied to a HOST
  *     state continue the sequence (the latter on the CPU backend, within the logit tolerance).
+ *  6. long context (f32 fixtures base and kpool16, 4096 tokens): visible pools far beyond the top-k budget;
+ *     blocks from identical inputs including decode steps at depth (selections exact, attention within
+ *     tolerance), end to end, and a chunked prefill bit-identical to one-shot. For the CPU emulation
+ *     (scripts/cuemu): NF_GPU_TEST_LONG=n sets the length, NF_GPU_TEST_LONG_ONLY=1 skips everything else.
  *
  * Tolerance (relative to the largest |logit| of the position), the same for every recipe: 1e-4.
  *  - f32, bf16: both backends compute in f32 from the same stored weights (bf16 widens exactly); they differ
@@ -359,9 +363,10 @@ static int p_head(nf_backend *be, const float *X, int T, float *logits) {
 
 static long last_sel_bad;
 
-/* One prefill through the pair backend; prints the block table; returns the worst block error. */
+/* One prefill through the pair backend (two chunks, then `ndecode` single-token steps); prints the block table;
+ * returns the worst block error. */
 static double block_check(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, int n, double tol, int strict_sel,
-                          const char *what) {
+                          const char *what, int ndecode) {
     pair_ctx P;
     memset(&P, 0, sizeof P);
     P.cpu = cpu;
@@ -391,9 +396,10 @@ static double block_check(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, 
     nf_state *st = nf_state_create(&cpu->model->hp, 16);
     float *logits = nf_xmalloc((size_t)n * cpu->model->hp.n_vocab * sizeof(float));
     /* two calls: a prefill chunk, then a continuation (state carried between calls) */
-    int half = n / 2;
+    const int np = n - ndecode, half = np / 2;
     int rc = nf_prefill(&pb, st, tok, half, 0, logits, 1, NULL);
-    if (rc == 0) rc = nf_prefill(&pb, st, tok + half, n - half, 0, logits, 1, NULL);
+    if (rc == 0) rc = nf_prefill(&pb, st, tok + half, np - half, 0, logits, 1, NULL);
+    for (int d = 0; rc == 0 && d < ndecode; d++) rc = nf_prefill(&pb, st, tok + np + d, 1, 0, logits, 1, NULL);
     CHECK(rc == 0, "pair prefill: %s", nf_error());
     CHECK(!P.cuda_error, "CUDA error during the block check");
     double worst = 0;
@@ -566,10 +572,10 @@ static void test_model(const char *label, const char *path, const char *recipe, 
     fails_before = n_failed;
     /* 1. blocks from identical inputs: f32 GEMM (exact checks), then bf16 GEMM (its bound) */
     gemm_mode("f32");
-    double blk = block_check(cpu, gpu, tok, n, tol, strict, "f32 GEMM");
+    double blk = block_check(cpu, gpu, tok, n, tol, strict, "f32 GEMM", 0);
     long blk_sel = last_sel_bad;
     gemm_mode(NULL);
-    double blk16 = block_check(cpu, gpu, tok, n, BF16_BLOCK_TOL, 0, "bf16 GEMM");
+    double blk16 = block_check(cpu, gpu, tok, n, BF16_BLOCK_TOL, 0, "bf16 GEMM", 0);
 
     /* 2. end to end */
     const int n_mla = nf_mla_layer_count(&m->hp), width = nf_topk_width(&m->hp);
@@ -685,6 +691,85 @@ static int run(const char *cmd) {
     return rc;
 }
 
+/* Long context: an f32 fixture run far past its top-k, so that the visible pools outnumber the selection budget
+ * many times over (fixture base: 1024 pools vs 8 selected at 4096 tokens; kpool16: 256 vs 4). Blocks from
+ * identical inputs over two prefill chunks and 4 decode steps at depth (selections exact, attention within
+ * the f32 tolerance), end to end (logits within tolerance, selections identical), and a chunked GPU prefill
+ * (chunk 777, odd; every chunk >= 16 tokens, so the same product kernels) bit-identical to one-shot. All with the
+ * f32 GEMM (NF_CUDA_GEMM=f32). */
+static void long_context(const char *fixture, int n, const char *build, const char *dir) {
+    char path[512], cmd[2048];
+    printf("== long context: fixture %s (f32), %d tokens\n", fixture, n);
+    snprintf(path, sizeof path, "%s/long-%s.gguf", dir, fixture);
+    snprintf(cmd, sizeof cmd, "%s/nf-convert tests/data/fixtures/%s -o %s --recipe f32 --no-tokenizer > %s/convert.log 2>&1",
+             build, fixture, path, dir);
+    if (run(cmd) != 0) {
+        n_failed++;
+        return;
+    }
+    nf_model *m = nf_model_load(path);
+    CHECK(m != NULL, "load %s: %s", path, nf_error());
+    nf_backend *cpu = m ? nf_cpu_backend_create(m, 0) : NULL, *gpu = m ? nf_backend_cuda_create(m, 0) : NULL;
+    CHECK(!m || (cpu && gpu), "backends: %s", nf_error());
+    if (!cpu || !gpu) {
+        nf_backend_free(gpu);
+        nf_backend_free(cpu);
+        nf_model_free(m);
+        unlink(path);
+        return;
+    }
+    const int V = m->hp.n_vocab, n_mla = nf_mla_layer_count(&m->hp), width = nf_topk_width(&m->hp);
+    const double tol = LOGIT_TOL;
+    const int kpool = m->hp.idx_kpool > 0 ? m->hp.idx_kpool : 1;
+    printf("  %d pools visible at the end, %d selected per query\n", n / kpool, m->hp.idx_topk / kpool);
+    int32_t *tok = nf_xmalloc((size_t)n * sizeof(int32_t));
+    uint64_t r = 987654321;
+    for (int i = 0; i < n; i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        tok[i] = (int32_t)((r >> 33) % (uint64_t)V);
+    }
+    fails_before = n_failed;
+    gemm_mode("f32"); /* the exact checks' mode (an f32 model takes the f32 GEMM path anyway) */
+    const double blk = block_check(cpu, gpu, tok, n, tol, 1, "f32 GEMM", 4);
+    const long blk_sel = last_sel_bad;
+    const size_t nsel = (size_t)(n_mla > 0 ? n_mla : 1) * n * width;
+    float *ref = nf_xmalloc((size_t)n * V * sizeof(float)), *g1 = nf_xmalloc((size_t)n * V * sizeof(float)),
+          *g2 = nf_xmalloc((size_t)n * V * sizeof(float));
+    int32_t *sref = nf_xcalloc(nsel, sizeof(int32_t)), *sg = nf_xcalloc(nsel, sizeof(int32_t)),
+            *sg2 = nf_xcalloc(nsel, sizeof(int32_t));
+    CHECK(prefill(cpu, tok, n, 0, ref, sref, n) == 0, "cpu prefill: %s", nf_error());
+    CHECK(prefill(gpu, tok, n, 0, g1, sg, n) == 0, "gpu prefill: %s", nf_error());
+    int over, am;
+    const double e = compare_logits(g1, ref, n, V, tol, &over, &am);
+    const int sel_bad = sel_rows_differ(sg, sref, (size_t)n_mla * n, width);
+    printf("  prefill %d tokens: logits max rel %.2e (tol %.0e; %d/%d positions over), argmax %d/%d, selection rows "
+           "differing %d/%d\n", n, e, tol, over, n, am, n, sel_bad, n_mla * n);
+    CHECK(over == 0, "%d of %d positions over the logit tolerance", over, n);
+    CHECK(sel_bad == 0, "%d selection rows differ", sel_bad);
+    const int chunk = n >= 2000 ? 777 : (n / 3) | 1; /* odd: chunks end inside pools */
+    CHECK(prefill(gpu, tok, n, chunk, g2, sg2, n) == 0, "gpu chunked: %s", nf_error());
+    const int same = !memcmp(g1, g2, (size_t)n * V * sizeof(float)) && !memcmp(sg, sg2, nsel * sizeof(int32_t));
+    printf("  gpu chunk %d vs one-shot: %s\n", chunk, same ? "bit-identical" : "DIFFERENT");
+    CHECK(same, "gpu chunk %d differs from one-shot", chunk);
+    if (n_summary < 64)
+        snprintf(summary[n_summary++], sizeof summary[0],
+                 "SUMMARY long %-7s %5d %s blocks %.1e sel %ld | e2e %.1e over %d/%d argmax %d/%d sel %d | chunk %s",
+                 fixture, n, n_failed == fails_before ? "ok  " : "FAIL", blk, blk_sel, e, over, n, am, n, sel_bad,
+                 same ? "exact" : "DIFF");
+    gemm_mode(NULL);
+    free(ref);
+    free(g1);
+    free(g2);
+    free(sref);
+    free(sg);
+    free(sg2);
+    free(tok);
+    nf_backend_free(gpu);
+    nf_backend_free(cpu);
+    nf_model_free(m);
+    unlink(path);
+}
+
 int nf_gpu_test_backend(int quick) {
     n_failed = 0;
     n_summary = 0;
@@ -698,7 +783,9 @@ int nf_gpu_test_backend(int quick) {
     int32_t tokens[512];
     char path[512], cmd[2048], label[64];
     const int npos = quick ? 40 : 128;
-    for (int r = 0; r < 5; r++) {
+    /* NF_GPU_TEST_LONG_ONLY: only the long-context case (for the CPU emulation of scripts/cuemu) */
+    const int long_only = getenv("NF_GPU_TEST_LONG_ONLY") != NULL;
+    for (int r = 0; r < (long_only ? 0 : 5); r++) {
         if (quick && r != 0 && r != 4) continue;
         const char *rc = recipes[r];
         for (int fi = 0; fi < nfix; fi++) {
@@ -733,6 +820,10 @@ int nf_gpu_test_backend(int quick) {
         test_model("synth tiny", path, rc, tokens, npos, quick);
         unlink(path);
     }
+    /* NF_GPU_TEST_LONG=n overrides the length (the CPU emulation of scripts/cuemu needs a shorter run) */
+    const int nlong = getenv("NF_GPU_TEST_LONG") ? atoi(getenv("NF_GPU_TEST_LONG")) : quick ? 300 : 4096;
+    long_context("base", nlong, build, dir);
+    if (!quick) long_context("kpool16", nlong, build, dir);
     unlink(strcat(strcpy(path, dir), "/convert.log"));
     unlink(strcat(strcpy(path, dir), "/synth.log"));
     rmdir(dir);
