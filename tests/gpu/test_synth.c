@@ -166,7 +166,13 @@ static void check_small(const char *recipe, int n_layer) {
     float *lg = nf_xmalloc((size_t)T * V * sizeof(float)), *lc = nf_xmalloc((size_t)T * V * sizeof(float));
     nf_state *sg = nf_backend_state_create(gpu, 32), *sc = nf_backend_state_create(cpu, 32);
     CHECK(sg && sc, "states: %s", nf_error());
+    /* The 24-token prefill reaches the bf16 prefill GEMM (>= 16 vectors per matrix), whose rounding the random
+     * weights amplify beyond the f32 tolerance (H200, 2026-12-03: bf16 24/24 positions over); compare in the GEMM's
+     * f32 mode, as tests/gpu/test_backend.c does for its exact checks. The weights themselves are compared byte for
+     * byte above, which is what this test is about. */
+    setenv("NF_CUDA_GEMM", "f32", 1);
     int rg = sg ? nf_prefill(gpu, sg, tok, T, 0, lg, 1, NULL) : -1;
+    unsetenv("NF_CUDA_GEMM");
     CHECK(rg == 0, "gpu prefill: %s", nf_error());
     int rc = sc ? nf_prefill(cpu, sc, tok, T, 0, lc, 1, NULL) : -1;
     CHECK(rc == 0, "cpu prefill: %s", nf_error());
