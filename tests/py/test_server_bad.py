@@ -250,7 +250,9 @@ def test_disconnect_mid_stream(srv):
 def test_disconnect_while_queued(srv):
     m0 = srv.metrics()
     blocker = srv.raw_socket()
-    _send(blocker, C, {"model": srv.model_id, "max_tokens": 60, "messages": [{"role": "user", "content": "a"}]})
+    # the blocker must still be decoding when the queued request disconnects (0.4 s later): 60 tokens no longer
+    # take that long on the CPU backend, so ask for nearly the whole 512-token context
+    _send(blocker, C, {"model": srv.model_id, "max_tokens": 480, "messages": [{"role": "user", "content": "a"}]})
     time.sleep(0.2)
     q = srv.raw_socket()
     _send(q, C, {"model": srv.model_id, "max_tokens": 60, "messages": [{"role": "user", "content": "b"}]})
