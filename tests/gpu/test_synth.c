@@ -38,15 +38,7 @@
 #include "util/error.h"
 
 static int n_failed;
-#define CHECK(cond, ...)                                                                                     \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            n_failed++;                                                                                      \
-            printf("  FAIL %s:%d: ", __FILE__, __LINE__);                                                    \
-            printf(__VA_ARGS__);                                                                             \
-            printf("\n");                                                                                    \
-        }                                                                                                    \
-    } while (0)
+#include "gpu_check.h"
 
 static double now_s(void) {
     struct timespec t;
