@@ -233,6 +233,21 @@ def perturb(model, seed):
     return changed
 
 
+def indexer_pool_scores(mod, hs, q_resid, mask):
+    """The indexer's score of every pool for every query of a cache-less pass, [S, P] (batch 1), recomputed from
+    the module's weights the way HF computes them."""
+    B, S = hs.shape[:2]
+    q = mod.wq_b(q_resid).view(B, S, -1, mod.head_dim)
+    k = mod.k_norm(mod.wk(hs))
+    gate_scores = F.linear(hs, mod.index_kpool_compress_gate)
+    packed = torch.cat([k, gate_scores, mask.to(k.dtype)[..., None]], dim=-1)
+    pool_keys, _, _ = mod.get_pooled_states(packed)
+    scores = torch.matmul(q.float(), pool_keys.transpose(-1, -2).float().unsqueeze(1))
+    scores = F.relu(scores * mod.softmax_scale)
+    w = mod.weights_proj(hs).float() * (mod.n_heads**-0.5)
+    return torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)[0]
+
+
 class Probe:
     """Forward hooks: indexer top-k rows (+ score margins), router margins, clamp hits, sub-block output sizes."""
 
@@ -244,6 +259,8 @@ class Probe:
         self.index_margin = {}  # layer -> min relative margin at the selection boundary (pruned rows only)
         self.index_ties = {}
         self.index_selfcheck = {}
+        self.index_row_margin = {}  # layer -> [S] relative margin per query (+inf where nothing is pruned)
+        self.index_row_disagrees = {}  # layer -> [S] bool: the recomputed selection differs from HF's
         self.router_margin = []
         self.clamp_hits = {"gate_gt_limit": 0, "up_abs_gt_limit": 0, "values": 0}
         self.block_rms = {}
@@ -294,21 +311,15 @@ class Probe:
     def _check_indexer(self, i, mod, hs, q_resid, mask, out):
         """Recompute the pool scores of a full (cache-less) pass, verify HF's selection and measure how close the
         selection boundary is to a tie (a near-tie would make a correct port pick a different pool)."""
-        B, S = hs.shape[:2]
-        q = mod.wq_b(q_resid).view(B, S, -1, mod.head_dim)
-        k = mod.k_norm(mod.wk(hs))
-        gate_scores = F.linear(hs, mod.index_kpool_compress_gate)
-        packed = torch.cat([k, gate_scores, mask.to(k.dtype)[..., None]], dim=-1)
-        pool_keys, pool_indices, pool_valid = mod.get_pooled_states(packed)
-        scores = torch.matmul(q.float(), pool_keys.transpose(-1, -2).float().unsqueeze(1))
-        scores = F.relu(scores * mod.softmax_scale)
-        w = mod.weights_proj(hs).float() * (mod.n_heads**-0.5)
-        idx = torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)[0]  # [S, P]
+        S = hs.shape[1]
+        idx = indexer_pool_scores(mod, hs, q_resid, mask)
         kp = mod.index_kpool
         kpools = mod.index_topk // kp
         min_rel = float("inf")
         ties = 0
         bad = 0
+        row_margin = torch.full((S,), float("inf"))
+        disagrees = torch.zeros(S, dtype=torch.bool)
         for t in range(S):
             ncand = (t + 1) // kp
             row = out[0, t]
@@ -320,6 +331,7 @@ class Probe:
                 gap = float(sk[kpools - 1] - sk[kpools])
                 scale = float(sk.abs().max()) or 1.0
                 min_rel = min(min_rel, gap / scale)
+                row_margin[t] = gap / scale
                 if gap == 0.0:
                     ties += 1
                 chosen = order[:kpools].tolist()
@@ -331,6 +343,9 @@ class Probe:
             want.update(range(ncand * kp, t + 1))
             if got != want:
                 bad += 1
+                disagrees[t] = True
+        self.index_row_margin[i] = row_margin
+        self.index_row_disagrees[i] = disagrees
         self.index_margin[i] = min_rel
         self.index_ties[i] = ties
         self.index_selfcheck[i] = bad

@@ -28,61 +28,11 @@ import shutil
 import sys
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_fixtures as mf  # noqa: E402  (shared config, probe and helpers)
 
 STRIDE = 16
-
-
-class MarginProbe(mf.Probe):
-    """The fixture probe, but keeping the per-row selection margin instead of only the minimum."""
-
-    def __init__(self, model):
-        self.rows = {}
-        super().__init__(model, True)
-
-    def _check_indexer(self, i, mod, hs, q_resid, mask, out):
-        B, S = hs.shape[:2]
-        q = mod.wq_b(q_resid).view(B, S, -1, mod.head_dim)
-        k = mod.k_norm(mod.wk(hs))
-        gate_scores = F.linear(hs, mod.index_kpool_compress_gate)
-        packed = torch.cat([k, gate_scores, mask.to(k.dtype)[..., None]], dim=-1)
-        pool_keys, _, _ = mod.get_pooled_states(packed)
-        scores = torch.matmul(q.float(), pool_keys.transpose(-1, -2).float().unsqueeze(1))
-        scores = F.relu(scores * mod.softmax_scale)
-        w = mod.weights_proj(hs).float() * (mod.n_heads**-0.5)
-        idx = torch.matmul(w.unsqueeze(-2), scores).squeeze(-2)[0]  # [S, P]
-        kp = mod.index_kpool
-        kpools = mod.index_topk // kp
-        margin = torch.full((S,), float("inf"))
-        bad = 0
-        for t in range(S):
-            ncand = (t + 1) // kp
-            got = set(int(x) for x in out[0, t].tolist() if x >= 0)
-            if ncand > kpools:
-                s = idx[t, :ncand]
-                order = torch.argsort(s, descending=True, stable=True)
-                sk = s[order]
-                scale = float(sk.abs().max()) or 1.0
-                margin[t] = float(sk[kpools - 1] - sk[kpools]) / scale
-                chosen = order[:kpools].tolist()
-            else:
-                chosen = list(range(ncand))
-            want = set()
-            for p in chosen:
-                want.update(range(p * kp, p * kp + kp))
-            want.update(range(ncand * kp, t + 1))
-            if got != want:
-                # Our recomputation of the scores sums in another order than HF's own indexer; where the two
-                # disagree the row is within float32 noise of a tie by definition: record it as fragile.
-                bad += 1
-                margin[t] = 0.0
-        self.rows[i] = margin
-        self.index_margin[i] = float(margin.min())
-        self.index_ties[i] = int((margin == 0).sum())
-        self.index_selfcheck[i] = bad
 
 
 def main():
@@ -117,11 +67,14 @@ def main():
     ref = ref.eval()
     del model
 
-    probe = MarginProbe(ref)
+    probe = mf.Probe(ref, True)
     with torch.no_grad():
         out = ref(input_ids=ids, use_cache=False)
     probe.remove()
     layers, source, topk = probe.finish(a.seq)
+    # Where our recomputation of the scores (another summation order than HF's own indexer) picks other pools than
+    # HF did, the row is within float32 noise of a tie by definition: record it as fragile (margin 0).
+    rows = {i: probe.index_row_margin[i].masked_fill(probe.index_row_disagrees[i], 0.0) for i in layers}
     if sum(probe.index_selfcheck.values()) > 0.01 * a.seq * len(layers):
         sys.exit(f"indexer recomputation disagrees with HF too often: {probe.index_selfcheck}")
     logits = out.logits[0].float()
@@ -129,11 +82,11 @@ def main():
     with open(os.path.join(d, "tokens.txt"), "w") as f:
         f.write(" ".join(str(int(x)) for x in ids[0].tolist()) + "\n")
     topk.numpy().astype("<i4").tofile(os.path.join(d, "topk.i32"))
-    margins = torch.stack([probe.rows[i] for i in layers], 0)
+    margins = torch.stack([rows[i] for i in layers], 0)
     margins.numpy().astype("<f4").tofile(os.path.join(d, "margin.f32"))
     logits[STRIDE - 1 :: STRIDE].numpy().astype("<f4").tofile(os.path.join(d, "logits.f32"))
-    fragile = {str(i): int((probe.rows[i] < mf.MIN_INDEX_MARGIN).sum()) for i in layers}
-    pruned = {str(i): int(torch.isfinite(probe.rows[i]).sum()) for i in layers}
+    fragile = {str(i): int((rows[i] < mf.MIN_INDEX_MARGIN).sum()) for i in layers}
+    pruned = {str(i): int(torch.isfinite(rows[i]).sum()) for i in layers}
     meta = {
         "generator": "scripts/make_long_fixture.py",
         "torch": torch.__version__,
@@ -150,7 +103,7 @@ def main():
         "pruned_rows": pruned,
         "fragile_rows_margin_below": mf.MIN_INDEX_MARGIN,
         "fragile_rows": fragile,
-        "min_margin": {str(i): probe.index_margin[i] for i in layers},
+        "min_margin": {str(i): float(rows[i].min()) for i in layers},
         "recomputation_disagrees": {str(i): probe.index_selfcheck[i] for i in layers},
         "router_min_margin": min(probe.router_margin) if probe.router_margin else None,
         "max_abs_logit": float(logits.abs().max()),
