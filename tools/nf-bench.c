@@ -13,6 +13,7 @@
 
 #include "bench/bench.h"
 #include "bench/frontiers.h"
+#include "engine/spec.h"
 #include "util/error.h"
 
 static void usage(FILE *o) {
@@ -23,7 +24,8 @@ static void usage(FILE *o) {
 "(timed), the state is snapshotted, a greedy probe of --gen steps runs (argmax excluding EOS, timed), and the\n"
 "state is restored. One CSV row per frontier:\n"
 "  ctx,prefill_tokens,prefill_tps,gen_tokens,gen_tps,state_bytes,bytes_per_token,decode_gbps,bw_fraction,\n"
-"  gen_ids_hash,gen_first_ms,gen_all_tps,probe_gbps,weight_bytes,state_read_bytes,prefill_s\n"
+"  gen_ids_hash,gen_first_ms,gen_all_tps,probe_gbps,weight_bytes,state_read_bytes,prefill_s,\n"
+"  draft,spec_cycles,accept_len,commits_per_cycle,draft_tokens,accepted_tokens,spec_serial_tokens,spec_parks\n"
 "gen_tps excludes the first probe step; bytes_per_token is the byte model of docs/performance.md;\n"
 "bw_fraction compares decode_gbps with a read-bandwidth probe run in this process on the same device;\n"
 "gen_ids_hash is FNV-1a 64 of the probe's ids (docs/ab.md). The log (build, device, driver) goes to stderr.\n"
@@ -57,6 +59,15 @@ static void usage(FILE *o) {
 "                           (alias --warmup-tokens; default 16; 0 = none)\n"
 "      --probe-mib N        bandwidth probe buffer in MiB (default: 2048 on a GPU, 256 on the CPU)\n"
 "\n"
+"speculative probe (docs/speculative.md; gen_ids_hash stays the serial probe's):\n"
+"      --draft D            decode the probe through the speculative decoder with drafter D: lookup (prompt\n"
+"                           n-grams), mtp (the model's MTP block; one frontier per process) or model:FILE\n"
+"                           (a draft GGUF with the same vocabulary); adds the columns' values\n"
+"      --draft-max K        drafts verified per cycle (default 6)\n"
+"      --spec-mode M        serial | conservative (default: speculate while it pays) | speculative (always)\n"
+"      --spec-set K=V       any speculative parameter (window, margin, warmup, min_cycles, backoff_min,\n"
+"                           backoff_max, no_defer, ...), repeatable\n"
+"\n"
 "output:\n"
 "      --csv FILE           CSV file (default: stdout)\n"
 "      --dump-steps FILE    per-step JSON lines: prompt ids, token, top-K logits (docs/ab.md step-dump contract)\n"
@@ -83,7 +94,9 @@ static long long parse_int(const char *flag, const char *v, long long lo, long l
 
 int main(int argc, char **argv) {
     nf_progname = "nf-bench";
-    nf_bench_opts o = {.seed = 1, .backend = "cpu", .gen = 128, .chunk = 512, .warmup = 16, .dump_topk = 20};
+    nf_bench_opts o = {.seed = 1, .backend = "cpu", .gen = 128, .chunk = 512, .warmup = 16, .dump_topk = 20,
+                       .spec = nf_spec_defaults()};
+    int have_spec_opts = 0;
     const char *frontier_list = NULL;
     long long start = 2048, max = -1, incr = -1;
     double mul = -1;
@@ -127,7 +140,17 @@ int main(int argc, char **argv) {
         else if (IS("--csv")) o.csv_path = TAKE();
         else if (IS("--dump-steps")) o.dump_path = TAKE();
         else if (IS("--dump-topk")) { o.dump_topk = (int)parse_int(a, TAKE(), 1, 1000); have_topk = 1; }
-        else refuse("unknown option '%s'%s", a, "");
+        else if (IS("--draft")) o.draft = TAKE();
+        else if (IS("--draft-max")) { o.spec.draft_max = (int)parse_int(a, TAKE(), 1, 32); have_spec_opts = 1; }
+        else if (IS("--spec-mode")) {
+            const char *s = TAKE();
+            if (nf_spec_mode_parse(s, &o.spec.mode) < 0) refuse("--spec-mode: %s%s", nf_error(), "");
+            have_spec_opts = 1;
+        } else if (IS("--spec-set")) {
+            const char *s = TAKE();
+            if (nf_spec_params_set(&o.spec, s) < 0) refuse("--spec-set: %s%s", nf_error(), "");
+            have_spec_opts = 1;
+        } else refuse("unknown option '%s'%s", a, "");
 #undef IS
 #undef TAKE
     }
@@ -136,6 +159,9 @@ int main(int argc, char **argv) {
     if (o.prompt_text && o.prompt_ids) refuse("--prompt and --prompt-ids are exclusive%s%s", "", "");
     if (o.tokenizer && !o.prompt_text) refuse("--tokenizer is only used with --prompt FILE%s%s", "", "");
     if (have_topk && !o.dump_path) refuse("--dump-topk needs --dump-steps FILE%s%s", "", "");
+    if (have_spec_opts && !o.draft) refuse("--draft-max, --spec-mode and --spec-set need --draft D%s%s", "", "");
+    if (o.draft && o.dump_path)
+        refuse("--dump-steps records the serial eval -> argmax loop (docs/ab.md); it is not taken with --draft%s%s", "", "");
     if (frontier_list && have_sweep) refuse("--frontiers and --ctx-start/--ctx-max/--step-* are exclusive%s%s", "", "");
 
     int64_t *fr = NULL;

@@ -1,7 +1,8 @@
 /* bench.c — nf_bench_run: everything around the measurement loop (sweep.c). It refuses bad inputs before any
  * measurement (capacity, prompt length, unreadable files, a backend not compiled in), opens the model (a GGUF or
- * a synthetic spec) and the backend, writes the log header (build, host, device, driver, model, sequence, sweep,
- * routes), measures the read-bandwidth probe, runs the warm-up and the sweep, and cleans up. */
+ * a synthetic spec), the speculative decoder with --draft, and the backend, writes the log header (build, host,
+ * device, driver, model, sequence, sweep, routes), measures the read-bandwidth probe, runs the warm-up and the
+ * sweep, and cleans up. */
 #include "bench/bench.h"
 
 #include <errno.h>
@@ -70,6 +71,20 @@ static double host_mem_available(void) {
         if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
     fclose(f);
     return kib * 1024;
+}
+
+/* The speculative decoder of --draft (NULL with nf_fail()): the drafter is made here so a bad drafter is refused
+ * before any measurement. */
+static nf_spec *make_decoder(const nf_bench_opts *o, const nf_model *m) {
+    nf_drafter *d = nf_drafter_from_spec(o->draft, m, o->n_threads);
+    if (!d) return NULL;
+    if (d->observe && o->n_frontiers > 1) {
+        nf_drafter_free(d);
+        nf_fail("--draft %s follows the target's hidden states, and its cache cannot be restored with the target's "
+                "snapshot: give one frontier per process", o->draft);
+        return NULL;
+    }
+    return nf_spec_new(d, &o->spec);
 }
 
 static int load_sequence(const nf_bench_opts *o, const nf_model *m, const nf_hparams *hp, int64_t need,
@@ -160,6 +175,12 @@ int nf_bench_run(const nf_bench_opts *o) {
         if (nf_synth_spec_parse(o->synthetic, &hp, &recipe) < 0) return say(REFUSED, nf_error());
     }
 
+    nf_spec *spec = NULL;
+    if (m && o->draft && !(spec = make_decoder(o, m))) {
+        nf_model_free(m);
+        return say(REFUSED, nf_error());
+    }
+
     const int64_t last = o->frontiers[o->n_frontiers - 1];
     const int64_t cap = o->ctx > 0 ? o->ctx : last + o->gen;
     nf_token_seq seq = {0};
@@ -220,6 +241,12 @@ int nf_bench_run(const nf_bench_opts *o) {
         }
     }
 
+    if (o->draft && !spec && !(spec = make_decoder(o, m))) { /* a synthetic model exists only now */
+        say(REFUSED, nf_error());
+        rc = REFUSED;
+        goto out;
+    }
+
     describe_model(m, o, line, sizeof line);
     fprintf(stderr, "nf-bench: model %s\n", line);
     fprintf(stderr, "nf-bench: sequence %s: %lld tokens, the first %lld used\n", seq_desc, (long long)seq.n,
@@ -228,6 +255,13 @@ int nf_bench_run(const nf_bench_opts *o) {
     for (int i = 0; i < o->n_frontiers; i++) fprintf(stderr, "%s%lld", i ? "," : " ", (long long)o->frontiers[i]);
     fprintf(stderr, "; probe %d greedy steps (EOS %d excluded); prefill chunk %d; warm-up %d tokens; capacity %lld\n",
             o->gen, hp.eos_id, o->chunk, o->warmup, (long long)cap);
+    if (spec) {
+        const nf_spec_params *sp = nf_spec_params_of(spec);
+        fprintf(stderr, "nf-bench: speculative probe: drafter %s, mode %s, K %d, window %d, min_cycles %d, warmup %d, "
+                "margin %.3f, backoff %d..%d, defer %s\n", o->draft, nf_spec_mode_name(sp->mode), sp->draft_max,
+                sp->window, sp->min_cycles, sp->warmup, sp->margin, sp->backoff_min, sp->backoff_max,
+                sp->no_defer ? "off" : "on");
+    }
 
     be = open_backend(o, m, cuda);
     if (!be) {
@@ -252,7 +286,7 @@ int nf_bench_run(const nf_bench_opts *o) {
             "NF_CUDA_SYNC=%s\n", be->name, env_or("NF_CUDA_QDOT", "(unset)"), env_or("NF_CUDA_SYNC", "(unset)"));
 
     nf_bench_ctx c = {.o = o, .be = be, .cuda_device = cuda ? 0 : -1, .ids = seq.ids, .n_ids = seq.n, .cap = cap,
-                      .csv = csv ? csv : stdout, .dump = dump};
+                      .csv = csv ? csv : stdout, .dump = dump, .spec = spec};
     if (nf_bench_warmup(&c) < 0) {
         say(FAILED, nf_error());
         goto out;
@@ -274,6 +308,7 @@ int nf_bench_run(const nf_bench_opts *o) {
 out:
     if (csv && fclose(csv) != 0 && rc == 0) rc = say(FAILED, "--csv: write failed");
     if (dump && fclose(dump) != 0 && rc == 0) rc = say(FAILED, "--dump-steps: write failed");
+    nf_spec_free(spec);
     nf_backend_free(be);
     nf_token_seq_free(&seq);
     nf_model_free(m);

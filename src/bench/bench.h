@@ -13,12 +13,21 @@
  * gen_tps excludes the first probe step (it carries lazy initialisation on a GPU); the full-probe rate and the
  * first step's time are extra columns. bytes_per_token (byte_model.h) is averaged over the positions of the
  * timed steps; decode_gbps = bytes_per_token * gen_tps; bw_fraction = decode_gbps / the read probe's GB/s
- * (bw_probe.h), measured in the same process on the same device before the sweep. */
+ * (bw_probe.h), measured in the same process on the same device before the sweep.
+ *
+ * With a drafter (--draft) the probe decodes through the speculative decoder (engine/spec.h) instead: the same G
+ * tokens (greedy acceptance uses the same argmax excluding EOS, so gen_ids_hash equals the serial probe's), timed
+ * from the first feed (which may commit several tokens) to the end, deferred tokens flushed inside the timing.
+ * A draft model is first brought up to the frontier untimed (its catch-up is prefill work, not decode). A drafter
+ * that reads the target's hidden states (mtp) sees the prefill through the decoder and needs one frontier per
+ * process (its cache cannot be restored with the target's snapshot). */
 #ifndef NF_BENCH_BENCH_H
 #define NF_BENCH_BENCH_H
 
 #include <stdint.h>
 #include <stdio.h>
+
+#include "engine/spec.h"
 
 typedef struct {
     const char *model_path;     /* GGUF file, or NULL with `synthetic` */
@@ -39,6 +48,8 @@ typedef struct {
     const char *dump_path;      /* --dump-steps, or NULL */
     int dump_topk;
     int64_t probe_bytes;        /* bandwidth probe buffer (0: the default for the backend) */
+    const char *draft;          /* --draft lookup|mtp|model:FILE (engine/spec.h), or NULL: the serial probe */
+    nf_spec_params spec;        /* the speculative decoder's parameters (with draft) */
 } nf_bench_opts;
 
 /* One CSV row (csv.c writes the columns, in the contract's order). */
@@ -58,6 +69,14 @@ typedef struct {
     double weight_bytes;        /* weights part of bytes_per_token */
     double state_read_bytes;    /* state part of bytes_per_token */
     double prefill_s;
+    /* speculative probe columns (--draft; "none" and zeros for the serial probe) */
+    const char *draft;
+    int64_t spec_cycles;        /* verify forwards */
+    double accept_len;          /* accepted drafted tokens per cycle */
+    double commits_per_cycle;   /* tokens committed per verify forward (accept_len + 1) */
+    int64_t draft_tokens, accepted_tokens;
+    int64_t spec_serial_tokens; /* tokens fed without verification (admission said no, or no draft) */
+    int64_t spec_parks;         /* times the admission controller parked speculation */
 } nf_bench_row;
 
 void nf_bench_csv_header(FILE *f);

@@ -1,7 +1,7 @@
 /* sweep.c — nf-bench's measurement loop: per frontier, the timed incremental prefill, the untimed snapshot, the
- * timed greedy probe, the untimed restore, then one CSV row (method in bench.h). Clocks are CLOCK_MONOTONIC read
- * after a device-wide sync; the probe adds no synchronisation of its own (each step's logits copy to the host is
- * the backend's, and the argmax needs it). */
+ * timed greedy probe (serial, or through the speculative decoder with --draft), the untimed restore, then one CSV
+ * row (method in bench.h). Clocks are CLOCK_MONOTONIC read after a device-wide sync; the probe adds no
+ * synchronisation of its own (each step's logits copy to the host is the backend's, and the argmax needs it). */
 #include "bench/sweep.h"
 
 #include <stdlib.h>
@@ -84,6 +84,81 @@ static int run_probe(nf_bench_ctx *c, nf_state *st, float *logits, probe_out *p)
     return synced_now(c, &p->t_end);
 }
 
+static int32_t probe_pick(void *user, const float *row) {
+    const nf_hparams *hp = user;
+    return nf_argmax_excluding(row, hp->n_vocab, hp->eos_id);
+}
+
+static bool probe_is_eos(void *user, int32_t id) { return id == ((const nf_hparams *)user)->eos_id; }
+
+/* The same G greedy tokens through the speculative decoder: each feed commits the picked token plus the drafts the
+ * verification accepted (never more than G in all); the deferred tail is flushed inside the timing so the state
+ * has consumed all G tokens, as in the serial probe. hist holds the frontier's ids on entry (n_hist of them) and
+ * has room for G more. *first is the count the first feed committed (the steady rate starts after it). */
+static int run_probe_spec(nf_bench_ctx *c, nf_state *st, float *logits, int32_t *hist, size_t n_hist, probe_out *p,
+                          int *first) {
+    const nf_hparams *hp = &c->be->model->hp;
+    const int G = c->o->gen;
+    nf_spec_begin(c->spec);
+    nf_drafter *d = nf_spec_drafter(c->spec);
+    if (!d->observe) { /* bring a stateful drafter (model) up to the frontier untimed: that catch-up is prefill */
+        int32_t scratch;
+        if (d->draft(d, hist, n_hist, &scratch, 1) < 0) return nf_fail_prefix("drafter catch-up");
+    }
+    int32_t *extra = nf_xmalloc((size_t)G * sizeof *extra);
+    nf_spec_io io = {.be = c->be, .st = st, .hist = hist, .n_hist = n_hist, .logits = logits, .pick = probe_pick,
+                     .is_stop = probe_is_eos, .user = (void *)hp};
+    int rc = -1, s = 0;
+    if (synced_now(c, &p->t_start) < 0) goto out;
+    while (s < G) {
+        int32_t tok = probe_pick((void *)hp, logits);
+        int n_extra = 0;
+        io.n_hist = n_hist;
+        if (nf_spec_feed(c->spec, &io, tok, G - s - 1, extra, &n_extra) < 0) {
+            nf_fail_prefix("speculative probe at step %d", s);
+            goto out;
+        }
+        p->ids[s++] = hist[n_hist++] = tok;
+        for (int k = 0; k < n_extra; k++) p->ids[s++] = hist[n_hist++] = extra[k];
+        if (*first == 0) {
+            *first = s;
+            if (synced_now(c, &p->t_first) < 0) goto out;
+        }
+    }
+    io.n_hist = n_hist;
+    if (nf_spec_flush(c->spec, &io) < 0) {
+        nf_fail_prefix("speculative probe: flush");
+        goto out;
+    }
+    rc = synced_now(c, &p->t_end);
+out:
+    free(extra);
+    return rc;
+}
+
+static void spec_columns(nf_spec *sp, nf_bench_row *r) {
+    const nf_spec_stats *s = nf_spec_stats_get(sp);
+    r->draft = nf_spec_drafter_name(sp);
+    r->spec_cycles = s->cycles;
+    r->accept_len = s->cycles ? (double)s->accepted / (double)s->cycles : 0;
+    r->commits_per_cycle = s->cycles ? (double)s->committed / (double)s->cycles : 0;
+    r->draft_tokens = s->drafted;
+    r->accepted_tokens = s->accepted;
+    r->spec_serial_tokens = s->serial;
+    r->spec_parks = s->parks;
+}
+
+/* the target forwards of a prefill go through the decoder when its drafter reads hidden states (mtp) */
+static int prefill(nf_bench_ctx *c, nf_state *st, const int32_t *ids, int64_t n, float *logits) {
+    if (!c->spec || !nf_spec_drafter(c->spec)->observe) return nf_prefill(c->be, st, ids, n, c->o->chunk, logits, 0, NULL);
+    const int64_t chunk = c->o->chunk > 0 ? c->o->chunk : n;
+    for (int64_t i = 0; i < n; i += chunk) {
+        int T = (int)(n - i < chunk ? n - i : chunk);
+        if (nf_spec_target_forward(c->spec, c->be, st, ids + i, T, logits, 0) < 0) return -1;
+    }
+    return 0;
+}
+
 /* mean bytes read per timed probe step (steps 1..G-1; step 0 when G = 1), query positions ctx + s */
 static void probe_bytes(const nf_hparams *hp, double weights, int64_t ctx, int G, nf_bench_row *r) {
     int first = G > 1 ? 1 : 0;
@@ -118,12 +193,13 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
         p.top_ids = nf_xmalloc((size_t)G * K * sizeof(int32_t));
         p.top_vals = nf_xmalloc((size_t)G * K * sizeof(float));
     }
+    int32_t *hist = c->spec ? nf_xmalloc((size_t)c->cap * sizeof *hist) : NULL; /* frontier ids ++ probe ids */
     int rc = -1;
     for (int i = 0; i < o->n_frontiers; i++) {
         const int64_t from = i ? o->frontiers[i - 1] : 0, to = o->frontiers[i];
         double t0, t1;
         if (synced_now(c, &t0) < 0) goto done;
-        if (nf_prefill(c->be, st, c->ids + from, to - from, o->chunk, logits, 0, NULL) < 0) {
+        if (prefill(c, st, c->ids + from, to - from, logits) < 0) {
             nf_fail_prefix("prefill of [%lld, %lld)", (long long)from, (long long)to);
             goto done;
         }
@@ -134,7 +210,9 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
             nf_fail_prefix("snapshot at ctx %lld", (long long)to);
             goto done;
         }
-        int pr = run_probe(c, st, logits, &p);
+        int first = 0;
+        if (hist) memcpy(hist, c->ids, (size_t)to * sizeof *hist);
+        int pr = c->spec ? run_probe_spec(c, st, logits, hist, (size_t)to, &p, &first) : run_probe(c, st, logits, &p);
         int rr = pr == 0 ? nf_state_restore(st, snap) : 0;
         nf_state_free(snap);
         if (pr < 0) goto done;
@@ -151,7 +229,8 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
         r.prefill_tps = (double)r.prefill_tokens / r.prefill_s;
         r.gen_tokens = G;
         r.gen_first_ms = (p.t_first - p.t_start) * 1e3;
-        r.gen_tps = G > 1 ? (double)(G - 1) / (p.t_end - p.t_first) : 1.0 / (p.t_first - p.t_start);
+        if (!c->spec) r.gen_tps = G > 1 ? (double)(G - 1) / (p.t_end - p.t_first) : 1.0 / (p.t_first - p.t_start);
+        else r.gen_tps = first < G ? (double)(G - first) / (p.t_end - p.t_first) : (double)G / (p.t_end - p.t_start);
         r.gen_all_tps = (double)G / (p.t_end - p.t_start);
         r.state_bytes = nf_state_bytes_at(hp, to);
         probe_bytes(hp, weights, to, G, &r);
@@ -159,6 +238,7 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
         r.probe_gbps = c->probe_gbps;
         r.bw_fraction = c->probe_gbps > 0 ? r.decode_gbps / c->probe_gbps : 0;
         r.gen_ids_hash = nf_ids_fnv64(NF_FNV64_INIT, p.ids, (size_t)G);
+        if (c->spec) spec_columns(c->spec, &r);
 
         if (c->dump) {
             if (nf_step_dump_frontier(c->dump, to, c->ids, to, G, K) < 0) goto done;
@@ -173,6 +253,11 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
             nf_fail("CSV: write failed");
             goto done;
         }
+        if (c->spec) {
+            char line[1024];
+            nf_spec_stats_line(c->spec, line, sizeof line);
+            fprintf(stderr, "nf-bench: ctx %lld: %s\n", (long long)to, line);
+        }
         fprintf(stderr,
                 "nf-bench: ctx %lld: prefill %lld tokens in %.3f s (%.1f t/s); decode %d tokens %.2f t/s (first %.1f ms), "
                 "%.1f MB/token, %.1f GB/s = %.3f of the probe; ids %016llx\n",
@@ -181,6 +266,7 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
     }
     rc = 0;
 done:
+    free(hist);
     free(logits);
     free(p.ids);
     free(p.top_ids);

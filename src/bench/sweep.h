@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "bench/bench.h"
+#include "engine/spec.h"
 #include "model/backend.h"
 
 typedef struct {
@@ -17,6 +18,7 @@ typedef struct {
     int64_t cap;                /* state capacity */
     double probe_gbps;
     FILE *csv, *dump;
+    nf_spec *spec;              /* the speculative decoder of the probe (--draft), or NULL: serial */
 } nf_bench_ctx;
 
 /* Untimed warm-up on a scratch state. 0 or -1 with nf_error(). */

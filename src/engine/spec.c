@@ -411,6 +411,7 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
     sp->ctx[io->n_hist] = tok;
     int32_t *dr = sp->blk + L + 1;
     bool greedy = !io->sp || io->sp->temperature <= 0;
+    if (!greedy && !io->smp) return nf_fail("spec: sampled acceptance needs the sampler");
     bool sampled = !greedy && sp->d->draft_sampled;
     int nd;
     if (sampled) { /* drafts drawn from the drafter's own distribution q (kept for the acceptance test) */
@@ -464,7 +465,7 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
         const float *row = sp->vlog + (size_t)(L + j) * V;
         int32_t d = dr[j];
         if (greedy) {
-            if (nf_sampler_sample(io->smp, row) != d) break;
+            if ((io->pick ? io->pick(io->user, row) : nf_sampler_sample(io->smp, row)) != d) break;
         } else {
             if ((size_t)V > sp->cap_probs) {
                 free(sp->probs);
@@ -485,7 +486,7 @@ int nf_spec_feed(nf_spec *sp, nf_spec_io *io, int32_t tok, int max_extra, int32_
                 break;
             }
         }
-        nf_sampler_accept(io->smp, d);
+        if (io->smp) nf_sampler_accept(io->smp, d);
         extra[j] = d;
     }
     sp->stats.cycles++;

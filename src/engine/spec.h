@@ -185,8 +185,11 @@ typedef struct {
     const int32_t *hist;
     size_t n_hist;
     float *logits;              /* [n_vocab]: out, the logits after the last fed token */
-    nf_sampler *smp;            /* the session's sampler: accepts every committed draft */
+    nf_sampler *smp;            /* the session's sampler: accepts every committed draft (NULL: only with pick) */
     const nf_sampler_params *sp;
+    /* Greedy only (optional): the target's choice from a logit row instead of nf_sampler_sample(smp, row), for a
+     * driver whose greedy rule is not the sampler's (nf-bench's probe: argmax excluding EOS). */
+    int32_t (*pick)(void *user, const float *row);
     bool (*is_stop)(void *user, int32_t id); /* drafts are cut before a stop token (NULL: none) */
     void *user;
 } nf_spec_io;

@@ -27,7 +27,9 @@ BUILD = Path(os.environ.get("NF_BUILD", ROOT / "build"))
 BENCH = BUILD / "nf-bench"
 MODEL = ROOT / "models" / "tiny" / "nf-tiny-bf16.gguf"
 TEXT = ROOT / "tests" / "data" / "tiny" / "text.txt"
-EXTRA = ["gen_first_ms", "gen_all_tps", "probe_gbps", "weight_bytes", "state_read_bytes", "prefill_s"]
+EXTRA = ["gen_first_ms", "gen_all_tps", "probe_gbps", "weight_bytes", "state_read_bytes", "prefill_s", "draft",
+         "spec_cycles", "accept_len", "commits_per_cycle", "draft_tokens", "accepted_tokens", "spec_serial_tokens",
+         "spec_parks"]
 QUICK = ["-t", "2", "--probe-mib", "8", "--warmup", "4", "--chunk", "32"]
 EOS = 8128
 
@@ -214,6 +216,66 @@ def test_text_prompt_is_tokenized_like_nf_tokenize(tmp_path):
     bench("--frontiers", "160", "--gen", 2, "--prompt-file", TEXT, "--tokenizer", ROOT / "models" / "tiny" /
           "tokenizer.json", "--dump-steps", dump2)
     assert read_dump(dump2)[160]["frontier"]["prompt_ids"] == want[:160]
+
+
+# ---- the speculative probe (--draft) ------------------------------------------------------------------------------
+def spec_rows(tmp_path, *args, name="s.csv"):
+    csv = tmp_path / name
+    bench("--frontiers", "64,160", "--gen", 32, "--prompt", TEXT, "--csv", csv, *args)
+    return {int(r["ctx"]): r for r in read_csv(csv)[1]}
+
+
+def test_speculative_probe_keeps_the_serial_hash_and_reports_its_cycles(tmp_path):
+    """The exactness witness nf-ab checks: at temperature 0 the probe through the speculative decoder (any drafter,
+    any admission mode) commits exactly the serial probe's tokens, so gen_ids_hash is equal at every frontier."""
+    serial = spec_rows(tmp_path, name="serial.csv")
+    for r in serial.values():
+        assert r["draft"] == "none" and int(r["spec_cycles"]) == 0 and int(r["draft_tokens"]) == 0
+    runs = {
+        "lookup-always": spec_rows(tmp_path, "--draft", "lookup", "--spec-mode", "speculative", "--draft-max", 4),
+        "lookup-conservative": spec_rows(tmp_path, "--draft", "lookup"),
+        "lookup-no-defer": spec_rows(tmp_path, "--draft", "lookup", "--spec-set", "mode=speculative",
+                                     "--spec-set", "no_defer=1"),
+        # the target as its own draft model: every draft the verification sees is the target's greedy choice
+        "self-model": spec_rows(tmp_path, "--draft", "model:%s" % MODEL, "--spec-mode", "speculative"),
+    }
+    for what, rows in runs.items():
+        assert sorted(rows) == [64, 160], what
+        for F, r in rows.items():
+            assert r["gen_ids_hash"] == serial[F]["gen_ids_hash"], (what, F)
+            assert int(r["gen_tokens"]) == 32 and float(r["gen_tps"]) > 0, what
+            cyc, dr, acc = int(r["spec_cycles"]), int(r["draft_tokens"]), int(r["accepted_tokens"])
+            assert 0 <= acc <= dr, what
+            assert acc + cyc + int(r["spec_serial_tokens"]) == 32, (what, F, r)   # every token committed once
+            if cyc:
+                assert float(r["accept_len"]) == pytest.approx(acc / cyc, abs=1e-4), what
+                assert float(r["commits_per_cycle"]) == pytest.approx(1 + acc / cyc, abs=1e-4), what
+    assert all(r["draft"] == "lookup" for r in runs["lookup-always"].values())
+    always = runs["lookup-always"]
+    assert sum(int(r["spec_cycles"]) for r in always.values()) > 0
+    assert sum(int(r["accepted_tokens"]) for r in always.values()) > 0     # multi-token commits did happen
+    assert max(int(r["draft_tokens"]) / max(1, int(r["spec_cycles"])) for r in always.values()) <= 4
+    for r in runs["self-model"].values():      # drafts of the same model are accepted up to the draft max
+        assert r["draft"] == "model" and float(r["accept_len"]) > 4
+
+
+def test_speculative_probe_refusals(tmp_path):
+    csv = tmp_path / "r.csv"
+    dump = str(tmp_path / "d.jsonl")
+    for args, msg in [
+        (["--draft", "bogus"], "expected lookup, mtp or model:FILE"),
+        (["--draft", "mtp"], "no MTP block"),
+        (["--draft", "model:%s" % (tmp_path / "absent.gguf")], "absent.gguf"),
+        (["--spec-mode", "speculative"], "need --draft"),
+        (["--draft", "lookup", "--spec-mode", "fast"], "--spec-mode"),
+        (["--draft", "lookup", "--spec-set", "bogus=1"], "unknown key"),
+        (["--draft", "lookup", "--draft-max", "0"], "out of range"),
+        (["--draft", "lookup", "--dump-steps", dump], "not taken with --draft"),
+    ]:
+        p = bench("--frontiers", "64", "--gen", 4, "--csv", csv, *args, check=False)
+        assert p.returncode == 2, (args, p.returncode, p.stderr)
+        assert msg in p.stderr, (args, p.stderr)
+        assert "nf-bench: build" not in p.stderr and not csv.exists(), args
 
 
 def refusal_cases(tmp_path):
