@@ -34,6 +34,7 @@
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The formats table, the IQ2_XXS tables (src/formats/iq2_tables.c) and the error helper are C. */
@@ -721,6 +722,20 @@ static const stream_kernels k_stream[] = {KSET(NF_TYPE_F32),  KSET(NF_TYPE_F16),
 #define N_STREAM ((int)(sizeof k_stream / sizeof k_stream[0]))
 
 static int g_sms = 0, g_smem_optin = 0; /* set by nf_cuda_gemv_init */
+/* Plan overrides for tuning runs on the GPU (read by nf_cuda_gemv_init; 0 = the built-in choice):
+ * NF_GEMV_FLIGHT bytes in flight per SM (4096 .. 1048576), NF_GEMV_CTA threads per CTA (64 .. 512, a multiple
+ * of 32), NF_GEMV_RMAX the largest rows per row group and batch (1, 2, 4 or 8). */
+static long g_flight_goal = GEMV_FLIGHT_GOAL;
+static int g_cta_override = 0, g_rmax_override = 0;
+static int env_int(const char *name, long lo, long hi, long *out) {
+    const char *e = getenv(name);
+    if (!e || !*e) return 0;
+    char *end = nullptr;
+    const long v = strtol(e, &end, 10);
+    if (*end || v < lo || v > hi) return nf_fail("cuda gemv: %s=%s is not an integer in %ld..%ld", name, e, lo, hi);
+    *out = v;
+    return 0;
+}
 
 static const stream_kernels *kernels_of(uint32_t type) {
     for (int i = 0; i < N_STREAM; i++)
@@ -746,6 +761,13 @@ extern "C" int nf_cuda_gemv_init(void) {
                                          cudaSharedmemCarveoutMaxShared);
         }
     g_smem_optin = smem_max;
+    long cta = 0, rmax = 0;
+    if (env_int("NF_GEMV_FLIGHT", 4096, 1048576, &g_flight_goal) < 0 || env_int("NF_GEMV_CTA", 64, GEMV_MAX_THREADS, &cta) < 0 ||
+        env_int("NF_GEMV_RMAX", 1, 8, &rmax) < 0)
+        return -1;
+    if (cta % 32 || (rmax & (rmax - 1))) return nf_fail("cuda gemv: NF_GEMV_CTA must be a multiple of 32, NF_GEMV_RMAX 1, 2, 4 or 8");
+    g_cta_override = (int)cta;
+    g_rmax_override = (int)rmax;
     if (e != cudaSuccess) return nf_fail("cuda gemv init: %s", cudaGetErrorString(e));
     if (g_sms <= 0) g_sms = 1;
     return 0;
@@ -755,7 +777,7 @@ extern "C" int nf_cuda_gemv_supports(uint32_t type) { return kernels_of(type) !=
 
 /* Geometry of the streaming kernel for a job, or 0 when it does not take it. Batch rows (R per row group) and
  * stages are chosen, for each (format, row length, largest R the job's size allows), to keep at least
- * GEMV_FLIGHT_GOAL bytes in flight per SM at the occupancy the runtime computes (registers, shared memory),
+ * GEMV_FLIGHT_GOAL (or NF_GEMV_FLIGHT) bytes in flight per SM at the occupancy the runtime computes (registers, shared memory),
  * then to hold the most CTAs per SM, then to take the largest batches (fewer barriers per byte). */
 struct stream_plan {
     int units, tpr, G, R, threads, nst, per_sm;
@@ -773,12 +795,13 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     pl->units = (int)(j->cols / ks->cols);
     if (pl->units > GEMV_MAX_THREADS) return 0;
     pl->tpr = (pl->units + 31) / 32 * 32;
-    pl->G = pl->tpr >= ks->cta ? 1 : ks->cta / pl->tpr;
+    const int cta = g_cta_override ? g_cta_override : ks->cta;
+    pl->G = pl->tpr >= cta ? 1 : cta / pl->tpr;
     pl->threads = pl->G * pl->tpr;
     if ((size_t)pl->G * rb > GEMV_STAGE_MAX) return 0;
     /* a small job keeps at least two batches per SM where it can (more CTAs busy, a shorter tail) */
     const int64_t nprob = (int64_t)(j->w[1] ? 2 : 1) * j->nvec, sms = g_sms > 0 ? g_sms : 132;
-    int rmax = 8;
+    int rmax = g_rmax_override ? g_rmax_override : 8;
     while (rmax > 1 && nprob * ((j->rows + pl->G * rmax - 1) / (pl->G * rmax)) < 2 * sms) rmax /= 2;
     static struct {
         uint32_t type;
@@ -808,7 +831,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
                 }
                 if (ctas < 1) continue;
                 size_t flight = (size_t)ctas * (nst - 1) * stage;
-                if (flight > GEMV_FLIGHT_GOAL) flight = GEMV_FLIGHT_GOAL;
+                if (flight > (size_t)g_flight_goal) flight = (size_t)g_flight_goal;
                 /* more in flight; then more CTAs; then larger batches (later ri); then fewer stages (earlier nst) */
                 if (!best || flight > best_flight || (flight == best_flight && ctas > pl->per_sm) ||
                     (flight == best_flight && ctas == pl->per_sm && (1 << ri) > pl->R)) {
