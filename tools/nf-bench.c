@@ -25,7 +25,8 @@ static void usage(FILE *o) {
 "state is restored. One CSV row per frontier:\n"
 "  ctx,prefill_tokens,prefill_tps,gen_tokens,gen_tps,state_bytes,bytes_per_token,decode_gbps,bw_fraction,\n"
 "  gen_ids_hash,gen_first_ms,gen_all_tps,probe_gbps,weight_bytes,state_read_bytes,prefill_s,\n"
-"  draft,spec_cycles,accept_len,commits_per_cycle,draft_tokens,accepted_tokens,spec_serial_tokens,spec_parks\n"
+"  draft,spec_cycles,accept_len,commits_per_cycle,draft_tokens,accepted_tokens,spec_serial_tokens,spec_parks,\n"
+"  fill\n"
 "gen_tps excludes the first probe step; bytes_per_token is the byte model of docs/performance.md;\n"
 "bw_fraction compares decode_gbps with a read-bandwidth probe run in this process on the same device;\n"
 "gen_ids_hash is FNV-1a 64 of the probe's ids (docs/ab.md). The log (build, device, driver) goes to stderr.\n"
@@ -58,6 +59,10 @@ static void usage(FILE *o) {
 "      --warmup N           untimed warm-up: N-token prefill + 2 decode steps on a scratch state\n"
 "                           (alias --warmup-tokens; default 16; 0 = none)\n"
 "      --probe-mib N        bandwidth probe buffer in MiB (default: 2048 on a GPU, 256 on the CPU)\n"
+"      --fill MODE          how the state reaches each frontier: prefill (default; timed) or synthetic: the\n"
+"                           caches are filled (untimed) with pseudo-random rows at the RMS of a real prefill of\n"
+"                           the first min(frontier 1 - 1, 256) tokens, then the probe is timed as usual; for\n"
+"                           decode at depths too long to prefill. Prefill columns empty, fill=synthetic\n"
 "\n"
 "speculative probe (docs/speculative.md; gen_ids_hash stays the serial probe's):\n"
 "      --draft D            decode the probe through the speculative decoder with drafter D: lookup (prompt\n"
@@ -137,7 +142,12 @@ int main(int argc, char **argv) {
         else if (IS("--chunk") || IS("--prefill-chunk")) o.chunk = (int)parse_int(a, TAKE(), 1, 1 << 20);
         else if (IS("--warmup") || IS("--warmup-tokens")) o.warmup = (int)parse_int(a, TAKE(), 0, 1 << 20);
         else if (IS("--probe-mib")) o.probe_bytes = parse_int(a, TAKE(), 1, 1 << 20) << 20;
-        else if (IS("--csv")) o.csv_path = TAKE();
+        else if (IS("--fill")) {
+            const char *f = TAKE();
+            if (!strcmp(f, "prefill")) o.fill = NF_BENCH_FILL_PREFILL;
+            else if (!strcmp(f, "synthetic")) o.fill = NF_BENCH_FILL_SYNTHETIC;
+            else refuse("--fill: expected prefill or synthetic, got '%s'%s", f, "");
+        } else if (IS("--csv")) o.csv_path = TAKE();
         else if (IS("--dump-steps")) o.dump_path = TAKE();
         else if (IS("--dump-topk")) { o.dump_topk = (int)parse_int(a, TAKE(), 1, 1000); have_topk = 1; }
         else if (IS("--draft")) o.draft = TAKE();
@@ -160,6 +170,8 @@ int main(int argc, char **argv) {
     if (o.tokenizer && !o.prompt_text) refuse("--tokenizer is only used with --prompt FILE%s%s", "", "");
     if (have_topk && !o.dump_path) refuse("--dump-topk needs --dump-steps FILE%s%s", "", "");
     if (have_spec_opts && !o.draft) refuse("--draft-max, --spec-mode and --spec-set need --draft D%s%s", "", "");
+    if (o.draft && o.fill == NF_BENCH_FILL_SYNTHETIC)
+        refuse("--fill synthetic gives no real history for a drafter; it is not taken with --draft%s%s", "", "");
     if (o.draft && o.dump_path)
         refuse("--dump-steps records the serial eval -> argmax loop (docs/ab.md); it is not taken with --draft%s%s", "", "");
     if (frontier_list && have_sweep) refuse("--frontiers and --ctx-start/--ctx-max/--step-* are exclusive%s%s", "", "");

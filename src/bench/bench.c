@@ -193,6 +193,14 @@ int nf_bench_run(const nf_bench_opts *o) {
         say(REFUSED, msg);
         goto out;
     }
+    const int kpool = hp.idx_kpool > 0 ? hp.idx_kpool : 1;
+    if (o->fill == NF_BENCH_FILL_SYNTHETIC && o->frontiers[0] <= kpool) {
+        snprintf(msg, sizeof msg, "--fill synthetic measures its scales on a real prefill of at least one indexer pool "
+                 "(%d tokens) before frontier 1; frontier 1 is %lld (give at least %d)", kpool,
+                 (long long)o->frontiers[0], kpool + 1);
+        say(REFUSED, msg);
+        goto out;
+    }
     if (cap > hp.n_ctx_train) {
         snprintf(msg, sizeof msg, "%lld positions (frontier %lld + %d probe tokens, or --ctx) exceed the model's context "
                  "length %d", (long long)cap, (long long)last, o->gen, hp.n_ctx_train);
@@ -255,6 +263,10 @@ int nf_bench_run(const nf_bench_opts *o) {
     for (int i = 0; i < o->n_frontiers; i++) fprintf(stderr, "%s%lld", i ? "," : " ", (long long)o->frontiers[i]);
     fprintf(stderr, "; probe %d greedy steps (EOS %d excluded); prefill chunk %d; warm-up %d tokens; capacity %lld\n",
             o->gen, hp.eos_id, o->chunk, o->warmup, (long long)cap);
+    if (o->fill == NF_BENCH_FILL_SYNTHETIC)
+        fprintf(stderr, "nf-bench: fill synthetic: frontiers are reached by filling the caches (untimed) with "
+                "pseudo-random rows at the RMS of a real %lld-token prefill, not by prefill; prefill columns empty\n",
+                (long long)(o->frontiers[0] - 1 < NF_BENCH_FILL_PREFIX ? o->frontiers[0] - 1 : NF_BENCH_FILL_PREFIX));
     if (spec) {
         const nf_spec_params *sp = nf_spec_params_of(spec);
         fprintf(stderr, "nf-bench: speculative probe: drafter %s, mode %s, K %d, window %d, min_cycles %d, warmup %d, "

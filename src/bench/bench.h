@@ -20,7 +20,18 @@
  * from the first feed (which may commit several tokens) to the end, deferred tokens flushed inside the timing.
  * A draft model is first brought up to the frontier untimed (its catch-up is prefill work, not decode). A drafter
  * that reads the target's hidden states (mtp) sees the prefill through the decoder and needs one frontier per
- * process (its cache cannot be restored with the target's snapshot). */
+ * process (its cache cannot be restored with the target's snapshot).
+ *
+ * --fill synthetic (NF_BENCH_FILL_SYNTHETIC) reaches each frontier without prefilling it, for decode at depths
+ * whose prefill would take too long (300k tokens ~5 min, 1M ~15 min on an H200): the first
+ * min(frontier 1 - 1, NF_BENCH_FILL_PREFIX) tokens are prefilled (untimed) and the RMS of every array of that real
+ * state is measured; then, at each frontier F, the caches are filled (untimed) with deterministic pseudo-random
+ * rows at those RMS up to F - 1 (model/state_fill.h; on a GPU by a kernel), token F - 1 of the sequence runs
+ * through the model (untimed) for the probe's first logits, and the probe is timed as above. The state is saved by
+ * a checkpoint and rolled back after the probe (state.h; equivalent for a state that only moved forward, and a
+ * 1M-token glm53 snapshot would not fit beside the state on one H200). Decode cost depends on the cache sizes and
+ * the selection path, not on the values, so gen_tps is decode at depth; the prefill columns are empty and the
+ * `fill` column says `synthetic` (`prefill` otherwise). Not with --draft (a drafter needs the real history). */
 #ifndef NF_BENCH_BENCH_H
 #define NF_BENCH_BENCH_H
 
@@ -28,6 +39,10 @@
 #include <stdio.h>
 
 #include "engine/spec.h"
+
+/* How the state reaches each frontier (header comment). */
+typedef enum { NF_BENCH_FILL_PREFILL = 0, NF_BENCH_FILL_SYNTHETIC = 1 } nf_bench_fill;
+#define NF_BENCH_FILL_PREFIX 256
 
 typedef struct {
     const char *model_path;     /* GGUF file, or NULL with `synthetic` */
@@ -50,6 +65,7 @@ typedef struct {
     int64_t probe_bytes;        /* bandwidth probe buffer (0: the default for the backend) */
     const char *draft;          /* --draft lookup|mtp|model:FILE (engine/spec.h), or NULL: the serial probe */
     nf_spec_params spec;        /* the speculative decoder's parameters (with draft) */
+    nf_bench_fill fill;
 } nf_bench_opts;
 
 /* One CSV row (csv.c writes the columns, in the contract's order). */
@@ -77,6 +93,7 @@ typedef struct {
     int64_t draft_tokens, accepted_tokens;
     int64_t spec_serial_tokens; /* tokens fed without verification (admission said no, or no draft) */
     int64_t spec_parks;         /* times the admission controller parked speculation */
+    nf_bench_fill fill;         /* NF_BENCH_FILL_SYNTHETIC: prefill_tokens, prefill_tps and prefill_s are empty */
 } nf_bench_row;
 
 void nf_bench_csv_header(FILE *f);

@@ -1,6 +1,7 @@
 /* sweep.c — nf-bench's measurement loop: per frontier, the timed incremental prefill, the untimed snapshot, the
  * timed greedy probe (serial, or through the speculative decoder with --draft), the untimed restore, then one CSV
- * row (method in bench.h). Clocks are CLOCK_MONOTONIC read after a device-wide sync; the probe adds no
+ * row (method in bench.h). With --fill synthetic the frontier is reached by an untimed fill of the caches
+ * (model/state_fill.h) and the state is saved by a checkpoint instead of a snapshot (bench.h says why). Clocks are CLOCK_MONOTONIC read after a device-wide sync; the probe adds no
  * synchronisation of its own (each step's logits copy to the host is the backend's, and the argmax needs it). */
 #include "bench/sweep.h"
 
@@ -13,6 +14,7 @@
 #include "bench/step_dump.h"
 #include "model/forward.h"
 #include "model/state.h"
+#include "model/state_fill.h"
 #include "util/error.h"
 #ifdef NF_CUDA
 #include "cuda/cuda_bench.h"
@@ -173,11 +175,33 @@ static void probe_bytes(const nf_hparams *hp, double weights, int64_t ctx, int G
     r->bytes_per_token = r->weight_bytes + r->state_read_bytes;
 }
 
+/* Untimed, --fill synthetic: bring st from its position to `to` with the fill and run token to-1 through the model
+ * for the probe's first logits. At the first frontier a short real prefill gives the fill's scales. */
+static int fill_to(nf_bench_ctx *c, nf_state *st, int64_t to, nf_state_fill_scales *sc, float *logits, double *secs) {
+    const nf_bench_opts *o = c->o;
+    const nf_hparams *hp = &c->be->model->hp;
+    double t0, t1;
+    if (synced_now(c, &t0) < 0) return -1;
+    if (st->pos == 0) {
+        int64_t prefix = to - 1 < NF_BENCH_FILL_PREFIX ? to - 1 : NF_BENCH_FILL_PREFIX;
+        if (nf_prefill(c->be, st, c->ids, prefix, o->chunk, logits, 0, NULL) < 0)
+            return nf_fail_prefix("fill: prefill of the first %lld tokens", (long long)prefix);
+        if (nf_state_fill_measure(hp, st, sc) < 0) return -1;
+    }
+    if (nf_state_fill(st, to - 1, o->seed, sc) < 0) return -1;
+    if (nf_forward(c->be, st, c->ids + to - 1, 1, logits, 0, NULL) < 0)
+        return nf_fail_prefix("fill: token %lld", (long long)(to - 1));
+    if (synced_now(c, &t1) < 0) return -1;
+    *secs = t1 - t0;
+    return 0;
+}
+
 int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
     const nf_bench_opts *o = c->o;
     const nf_model *m = c->be->model;
     const nf_hparams *hp = &m->hp;
     const int G = o->gen, K = c->dump ? o->dump_topk : 0;
+    const int filling = o->fill == NF_BENCH_FILL_SYNTHETIC;
     double weights;
     if (nf_decode_weight_bytes(m, &weights) < 0) return -1;
 
@@ -188,6 +212,7 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
         return nf_fail_prefix("state for %lld tokens", (long long)c->cap);
     }
     float *logits = nf_xmalloc((size_t)hp->n_vocab * sizeof *logits);
+    nf_state_fill_scales *scales = filling ? nf_xmalloc(sizeof *scales) : NULL;
     probe_out p = {.ids = nf_xmalloc((size_t)G * sizeof(int32_t))};
     if (K) {
         p.top_ids = nf_xmalloc((size_t)G * K * sizeof(int32_t));
@@ -197,23 +222,29 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
     int rc = -1;
     for (int i = 0; i < o->n_frontiers; i++) {
         const int64_t from = i ? o->frontiers[i - 1] : 0, to = o->frontiers[i];
-        double t0, t1;
-        if (synced_now(c, &t0) < 0) goto done;
-        if (prefill(c, st, c->ids + from, to - from, logits) < 0) {
-            nf_fail_prefix("prefill of [%lld, %lld)", (long long)from, (long long)to);
-            goto done;
+        double t0 = 0, t1 = 0, fill_s = 0;
+        if (filling) {
+            if (fill_to(c, st, to, scales, logits, &fill_s) < 0) goto done;
+        } else {
+            if (synced_now(c, &t0) < 0) goto done;
+            if (prefill(c, st, c->ids + from, to - from, logits) < 0) {
+                nf_fail_prefix("prefill of [%lld, %lld)", (long long)from, (long long)to);
+                goto done;
+            }
+            if (synced_now(c, &t1) < 0) goto done;
         }
-        if (synced_now(c, &t1) < 0) goto done;
 
-        nf_state *snap = nf_state_snapshot(st);
-        if (!snap) {
-            nf_fail_prefix("snapshot at ctx %lld", (long long)to);
+        nf_state *snap = NULL;
+        nf_state_ckpt ck = {0};
+        if (filling ? nf_state_checkpoint(st, &ck) < 0 : !(snap = nf_state_snapshot(st))) {
+            nf_fail_prefix("%s at ctx %lld", filling ? "checkpoint" : "snapshot", (long long)to);
             goto done;
         }
         int first = 0;
         if (hist) memcpy(hist, c->ids, (size_t)to * sizeof *hist);
         int pr = c->spec ? run_probe_spec(c, st, logits, hist, (size_t)to, &p, &first) : run_probe(c, st, logits, &p);
-        int rr = pr == 0 ? nf_state_restore(st, snap) : 0;
+        int rr = pr == 0 ? (filling ? nf_state_rollback(st, &ck) : nf_state_restore(st, snap)) : 0;
+        if (filling) nf_state_ckpt_free(&ck);
         nf_state_free(snap);
         if (pr < 0) goto done;
         if (rr < 0) {
@@ -224,9 +255,10 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
         nf_bench_row r;
         memset(&r, 0, sizeof r);
         r.ctx = to;
+        r.fill = o->fill;
         r.prefill_tokens = to - from;
         r.prefill_s = t1 - t0;
-        r.prefill_tps = (double)r.prefill_tokens / r.prefill_s;
+        r.prefill_tps = filling ? 0 : (double)r.prefill_tokens / r.prefill_s;
         r.gen_tokens = G;
         r.gen_first_ms = (p.t_first - p.t_start) * 1e3;
         if (!c->spec) r.gen_tps = G > 1 ? (double)(G - 1) / (p.t_end - p.t_first) : 1.0 / (p.t_first - p.t_start);
@@ -258,16 +290,21 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
             nf_spec_stats_line(c->spec, line, sizeof line);
             fprintf(stderr, "nf-bench: ctx %lld: %s\n", (long long)to, line);
         }
+        char pre[160];
+        if (filling) snprintf(pre, sizeof pre, "state filled, not prefilled (synthetic, untimed: %.3f s)", fill_s);
+        else snprintf(pre, sizeof pre, "prefill %lld tokens in %.3f s (%.1f t/s)", (long long)r.prefill_tokens,
+                      r.prefill_s, r.prefill_tps);
         fprintf(stderr,
-                "nf-bench: ctx %lld: prefill %lld tokens in %.3f s (%.1f t/s); decode %d tokens %.2f t/s (first %.1f ms), "
+                "nf-bench: ctx %lld: %s; decode %d tokens %.2f t/s (first %.1f ms), "
                 "%.1f MB/token, %.1f GB/s = %.3f of the probe; ids %016llx\n",
-                (long long)to, (long long)r.prefill_tokens, r.prefill_s, r.prefill_tps, G, r.gen_tps, r.gen_first_ms,
-                r.bytes_per_token / 1e6, r.decode_gbps, r.bw_fraction, (unsigned long long)r.gen_ids_hash);
+                (long long)to, pre, G, r.gen_tps, r.gen_first_ms, r.bytes_per_token / 1e6, r.decode_gbps,
+                r.bw_fraction, (unsigned long long)r.gen_ids_hash);
     }
     rc = 0;
 done:
     free(hist);
     free(logits);
+    free(scales);
     free(p.ids);
     free(p.top_ids);
     free(p.top_vals);

@@ -2,7 +2,8 @@
  * (KDA conv windows and fp32 recurrent states, MLA latent caches, indexer pooled keys and open-pool rows) are
  * device allocations with the same layout as the host state. Growth, reset, snapshot/restore and
  * checkpoint/rollback are stream-ordered device copies on the backend's stream, so they need no host
- * synchronisation; nf_state_restore between a device and a host state copies across (and waits for the copy),
+ * synchronisation; a synthetic fill to a depth (model/state_fill.h, nf-bench --fill synthetic) is one kernel per
+ * span, writing the host fill's bits; nf_state_restore between a device and a host state copies across (and waits for the copy),
  * which is how tests compare a GPU state with the CPU's.
  *
  * A device state belongs to the backend that made it and must be freed before the backend is destroyed. */
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.h"
+#include "model/state_fill.h"
 
 struct cuda_state_dev {
     cudaStream_t stream;
@@ -44,9 +46,10 @@ static int h_restore(nf_state *dst, const nf_state *src);
 static int h_checkpoint(const nf_state *st, nf_state_ckpt *ck);
 static int h_rollback(nf_state *st, const nf_state_ckpt *ck);
 static void h_ckpt_free(nf_state_ckpt *ck);
+static int h_fill(nf_state *st, int64_t to, uint64_t seed, const nf_state_fill_scales *sc);
 
 static const nf_state_hooks cuda_hooks = {h_free, h_reset, h_reserve, h_snapshot, h_restore, h_checkpoint,
-                                          h_rollback, h_ckpt_free};
+                                          h_rollback, h_ckpt_free, h_fill};
 
 int nf_cuda_state_check(const nf_state *st) {
     if (!st || st->hooks != &cuda_hooks)
@@ -264,4 +267,32 @@ static void h_ckpt_free(nf_state_ckpt *ck) {
     ck->data = nullptr;
     ck->bytes = 0;
     ck->hooks = nullptr;
+}
+
+/* dst[i] = scale * unit(key, first + i): nf_state_fill's values made on the GPU (a 1M-token glm53 state is
+ * ~25 GB; the host fill would take minutes and a host copy) */
+__global__ void state_fill_kernel(float *dst, uint64_t n, uint64_t first, uint64_t key, float scale) {
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+        dst[i] = scale * nf_state_fill_unit(key, first + i);
+}
+
+struct fill_launch {
+    cudaStream_t stream;
+    cudaError_t err;
+};
+
+static void fill_emit(const nf_state_fill_span *sp, void *ctx) {
+    fill_launch *fl = (fill_launch *)ctx;
+    if (fl->err != cudaSuccess) return;
+    const uint64_t want = (sp->n + 255) / 256;
+    const unsigned grid = (unsigned)(want < 8192 ? want : 8192);
+    state_fill_kernel<<<grid, 256, 0, fl->stream>>>(sp->dst, sp->n, sp->first, sp->key, sp->scale);
+    fl->err = cudaGetLastError();
+}
+
+static int h_fill(nf_state *st, int64_t to, uint64_t seed, const nf_state_fill_scales *sc) {
+    fill_launch fl = {stream_of(st), cudaSuccess};
+    nf_state_fill_spans(st, to, seed, sc, fill_emit, &fl);
+    if (fl.err != cudaSuccess) return nf_fail("cuda state: fill kernel: %s", cudaGetErrorString(fl.err));
+    return 0;
 }

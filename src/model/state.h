@@ -42,6 +42,7 @@ typedef struct {
 
 struct nf_state;
 struct nf_state_ckpt;
+struct nf_state_fill_scales;
 
 /* A state whose arrays live on a device (backend.h's state_create) carries hooks: every nf_state_* function
  * below hands a hooked state to its hook. The layout is the same nf_state, but the L[] array pointers (and a
@@ -56,6 +57,8 @@ typedef struct nf_state_hooks {
     int (*checkpoint)(const struct nf_state *st, struct nf_state_ckpt *ck);
     int (*rollback)(struct nf_state *st, const struct nf_state_ckpt *ck);
     void (*ckpt_free)(struct nf_state_ckpt *ck);
+    /* optional: nf_state_fill's writes (state_fill.h) in device memory; pos is set by the caller */
+    int (*fill)(struct nf_state *st, int64_t to, uint64_t seed, const struct nf_state_fill_scales *sc);
 } nf_state_hooks;
 
 typedef struct nf_state {

@@ -18,7 +18,10 @@
  *     decode steps with finite logits, and three whole virtual tensors (Q8_0 embedding, IQ2_XXS and Q2_K experts)
  *     byte-equal to the host reference.
  *  3. glm53:q8 (341 GB) on a device that cannot hold it: nf_backend_cuda_create fails with a message naming the
- *     needed and free memory, and device memory is unchanged (checked before allocating). */
+ *     needed and free memory, and device memory is unchanged (checked before allocating).
+ *  4. the synthetic state fill (model/state_fill.h, nf-bench --fill synthetic) on a device state: scales measured
+ *     from a real GPU prefill (read back), the device fill to depth 3000 byte-equal to the host fill of the same
+ *     rows, and decode steps from the filled device state with finite logits (also in --quick). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,6 +37,7 @@
 #include "model/layout.h"
 #include "model/model.h"
 #include "model/state.h"
+#include "model/state_fill.h"
 #include "model/synth.h"
 #include "util/error.h"
 
@@ -337,6 +341,78 @@ static void check_glm53_q8_refused(void) {
     nf_model_free(m);
 }
 
+static int all_finite_f(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+static void check_state_fill(void) {
+    printf("== state fill (tiny f32): device fill vs host fill, decode at depth\n");
+    nf_hparams hp;
+    const nf_recipe *r = NULL;
+    if (nf_synth_spec_parse("tiny:f32", &hp, &r) < 0) nf_die("%s", nf_error());
+    nf_model *m = nf_synth_model_create(&hp, r, 3, NF_SYNTH_HOST);
+    nf_backend *gpu = m ? nf_backend_cuda_create(m, 0) : NULL;
+    CHECK(gpu != NULL, "model/backend: %s", nf_error());
+    if (!gpu) {
+        nf_model_free(m);
+        return;
+    }
+    const int64_t prefix = 40, depth = 3000;
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = (int32_t)((i * 977 + 13) % hp.n_vocab);
+    float *logits = nf_xmalloc((size_t)hp.n_vocab * sizeof *logits);
+    nf_state *dev = nf_backend_state_create(gpu, depth + 4);
+    nf_state *host = nf_state_create(&hp, depth + 4), *back = nf_state_create(&hp, depth + 4);
+    nf_state_fill_scales sc;
+    int ok = dev && host && back && nf_prefill(gpu, dev, toks, prefix, 16, logits, 0, NULL) == 0 &&
+             nf_state_fill_measure(&hp, dev, &sc) == 0;
+    CHECK(ok, "prefill and measure on the device state: %s", nf_error());
+    if (ok) {
+        /* the host state holds the same first rows (read back), then each side fills its own */
+        ok = nf_state_restore(host, dev) == 0 && nf_state_fill(dev, depth, 11, &sc) == 0 &&
+             nf_state_fill(host, depth, 11, &sc) == 0 && nf_state_restore(back, dev) == 0;
+        CHECK(ok, "fill: %s", nf_error());
+    }
+    if (ok) {
+        const size_t lora = (size_t)hp.kv_lora_rank, hd = (size_t)hp.idx_head_dim, kp = (size_t)hp.idx_kpool;
+        int diff = 0;
+        for (int l = 0; l < hp.n_layer; l++) {
+            const nf_layer_state *H = &host->L[l], *B = &back->L[l];
+            if (H->kind == NF_LAYER_KDA) {
+                diff += memcmp(H->S, B->S, (size_t)hp.kda_n_head * hp.kda_head_dim * hp.kda_head_dim * 4) != 0;
+                diff += memcmp(H->conv, B->conv, (size_t)(hp.kda_conv - 1) * 3 * hp.kda_n_head * hp.kda_head_dim * 4) != 0;
+                continue;
+            }
+            diff += memcmp(H->latent, B->latent, (size_t)depth * lora * 4) != 0;
+            diff += memcmp(H->pool_key, B->pool_key, (size_t)(depth / kp) * hd * 4) != 0;
+            diff += memcmp(H->open_key, B->open_key, kp * hd * 4) != 0;
+            diff += memcmp(H->open_gate, B->open_gate, kp * hd * 4) != 0;
+        }
+        CHECK(diff == 0, "%d arrays of the device fill differ from the host fill", diff);
+        CHECK(back->pos == depth && dev->pos == depth, "positions %lld/%lld, expected %lld", (long long)back->pos,
+              (long long)dev->pos, (long long)depth);
+        int finite = 1;
+        for (int s = 0; s < 3 && finite; s++) {
+            if (nf_forward(gpu, dev, &toks[50 + s], 1, logits, 0, NULL) < 0) {
+                CHECK(0, "decode step %d at depth: %s", s, nf_error());
+                finite = 0;
+                break;
+            }
+            finite = all_finite_f(logits, (size_t)hp.n_vocab);
+        }
+        CHECK(finite, "decode from the filled device state: non-finite logits");
+        printf("  device fill == host fill over %lld tokens; 3 decode steps at depth finite\n", (long long)depth);
+    }
+    free(logits);
+    nf_state_free(back);
+    nf_state_free(host);
+    nf_state_free(dev);
+    nf_backend_free(gpu);
+    nf_model_free(m);
+}
+
 int nf_gpu_test_synth(int quick) {
     n_failed = 0;
     static const char *recipes[] = {"f32", "bf16", "q8", "q4", "q2"};
@@ -344,6 +420,7 @@ int nf_gpu_test_synth(int quick) {
         if (quick && i != 2 && i != 4) continue;
         check_small(recipes[i], 0);
     }
+    check_state_fill();
     if (!quick) {
         check_small("q4", 45);
         check_small("q2", 45);

@@ -29,7 +29,7 @@ MODEL = ROOT / "models" / "tiny" / "nf-tiny-bf16.gguf"
 TEXT = ROOT / "tests" / "data" / "tiny" / "text.txt"
 EXTRA = ["gen_first_ms", "gen_all_tps", "probe_gbps", "weight_bytes", "state_read_bytes", "prefill_s", "draft",
          "spec_cycles", "accept_len", "commits_per_cycle", "draft_tokens", "accepted_tokens", "spec_serial_tokens",
-         "spec_parks"]
+         "spec_parks", "fill"]
 QUICK = ["-t", "2", "--probe-mib", "8", "--warmup", "4", "--chunk", "32"]
 EOS = 8128
 
@@ -424,3 +424,48 @@ def test_synthetic_refusals(tmp_path):
         pytest.skip("this host could hold glm53:q2 in memory")
     p = bench("--synthetic", "glm53:q2", "--frontiers", 2048, "--gen", 2, model=False, check=False)
     assert p.returncode == 2 and "host memory" in p.stderr and "--backend cuda" in p.stderr
+
+
+# ---- --fill synthetic (model/state_fill.h) ------------------------------------------------------------------------
+def test_fill_synthetic_decodes_at_depth_with_empty_prefill_columns(tmp_path):
+    """--fill synthetic reaches depth 4000 of the tiny preset (context 4096) without prefilling it: same columns in
+    the same order plus fill=synthetic, prefill columns empty (nothing was prefilled), state_bytes as for a prefilled
+    state at that depth, finite top-K logits at every probe step, and the same ids in a second run (the fill is a
+    function of the seed). A prefill run of the same frontiers says fill=prefill and fills its prefill columns."""
+    csv, dump = tmp_path / "f.csv", tmp_path / "f.jsonl"
+    p = bench("--synthetic", "tiny:f32", "--frontiers", "64,1000,4000", "--gen", 4, "--fill", "synthetic",
+              "--csv", csv, "--dump-steps", dump, "--dump-topk", 5, model=False)
+    head, rows = read_csv(csv)
+    assert head == S.CONTRACT + EXTRA
+    assert [int(r["ctx"]) for r in rows] == [64, 1000, 4000]
+    assert "fill synthetic" in p.stderr and "real 63-token prefill" in p.stderr
+    for r in rows:
+        assert r["fill"] == "synthetic"
+        assert r["prefill_tokens"] == r["prefill_tps"] == r["prefill_s"] == ""
+        assert int(r["gen_tokens"]) == 4 and float(r["gen_tps"]) > 0
+    blocks = read_dump(dump)
+    for ctx in (64, 1000, 4000):
+        steps = blocks[ctx]["steps"]
+        assert len(steps) == 4
+        for st in steps:
+            assert all(np.isfinite(v) for _, v in st["topk"]), (ctx, st)
+    again = tmp_path / "g.csv"
+    bench("--synthetic", "tiny:f32", "--frontiers", "64,1000,4000", "--gen", 4, "--fill", "synthetic", "--csv", again,
+          model=False)
+    assert [r["gen_ids_hash"] for r in read_csv(again)[1]] == [r["gen_ids_hash"] for r in rows]
+    pre = tmp_path / "p.csv"
+    bench("--synthetic", "tiny:f32", "--frontiers", "64,1000", "--gen", 2, "--csv", pre, model=False)
+    prow = read_csv(pre)[1]
+    assert [r["fill"] for r in prow] == ["prefill", "prefill"]
+    assert [int(r["prefill_tokens"]) for r in prow] == [64, 936] and float(prow[1]["prefill_tps"]) > 0
+    assert [r["state_bytes"] for r in prow] == [r["state_bytes"] for r in rows[:2]]
+
+
+def test_fill_refusals(tmp_path):
+    p = bench("--synthetic", "tiny:f32", "--frontiers", "4,64", "--fill", "synthetic", model=False, check=False)
+    assert p.returncode == 2 and "indexer pool" in p.stderr and "give at least 5" in p.stderr
+    p = bench("--synthetic", "tiny:f32", "--frontiers", "64", "--fill", "fast", model=False, check=False)
+    assert p.returncode == 2 and "--fill" in p.stderr
+    p = bench("--synthetic", "tiny:f32", "--frontiers", "64", "--fill", "synthetic", "--draft", "lookup", model=False,
+              check=False)
+    assert p.returncode == 2 and "--draft" in p.stderr
