@@ -38,6 +38,7 @@ static void usage(FILE *o) {
 "      --seed N             seed of the synthetic weights and of the synthetic token sequence (default 1)\n"
 "      --backend B          cpu (default) or cuda (CUDA builds: make cuda, build/cuda/nf-bench)\n"
 "  -t, --threads N          CPU backend threads (default: NF_THREADS or all online CPUs)\n"
+"      --cuda-graphs on|off decode steps as one CUDA graph launch (default on; sets NF_CUDA_GRAPH)\n"
 "\n"
 "token sequence (default: synthetic ids from --seed, docs/performance.md):\n"
 "      --prompt FILE        text, tokenized once as plain text (alias --prompt-file); needs the model's\n"
@@ -123,6 +124,11 @@ int main(int argc, char **argv) {
             if (errno || end == s || *end || *s == '-' || *s == '+') refuse("--seed: expected an unsigned integer, got '%s'%s", s, "");
         } else if (IS("--backend")) o.backend = TAKE();
         else if (IS("-t") || IS("--threads")) o.n_threads = (int)parse_int(a, TAKE(), 1, 1024);
+        else if (IS("--cuda-graphs")) {
+            const char *s = TAKE();
+            if (strcmp(s, "on") && strcmp(s, "off")) refuse("--cuda-graphs: expected on or off, got '%s'%s", s, "");
+            setenv("NF_CUDA_GRAPH", s, 1); /* read when the CUDA backend is made */
+        }
         else if (IS("--prompt") || IS("--prompt-file")) o.prompt_text = TAKE();
         else if (IS("--prompt-ids")) o.prompt_ids = TAKE();
         else if (IS("--tokenizer")) o.tokenizer = TAKE();

@@ -295,7 +295,8 @@ int nf_bench_run(const nf_bench_opts *o) {
                 o->n_threads > 0 ? "as -t" : "NF_THREADS or all online CPUs");
     }
     fprintf(stderr, "nf-bench: routes: backend %s; argmax on the host over each step's logits; NF_CUDA_QDOT=%s "
-            "NF_CUDA_SYNC=%s\n", be->name, env_or("NF_CUDA_QDOT", "(unset)"), env_or("NF_CUDA_SYNC", "(unset)"));
+            "NF_CUDA_SYNC=%s NF_CUDA_GRAPH=%s\n", be->name, env_or("NF_CUDA_QDOT", "(unset)"), env_or("NF_CUDA_SYNC", "(unset)"),
+            env_or("NF_CUDA_GRAPH", "(unset)"));
 
     nf_bench_ctx c = {.o = o, .be = be, .cuda_device = cuda ? 0 : -1, .ids = seq.ids, .n_ids = seq.n, .cap = cap,
                       .csv = csv ? csv : stdout, .dump = dump, .spec = spec};

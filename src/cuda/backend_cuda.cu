@@ -6,7 +6,8 @@
  * cuda_mla.cu, cuda_indexer.cu, cuda_moe.cu; the device state from cuda_state.cu).
  *
  * Synchronisation: blocks only enqueue work on the stream; the forward's to_host (logits, optional selection
- * dump) is the one point where the host waits. Token ids go through a pinned staging buffer. */
+ * dump) is the one point where the host waits. Token ids go through a pinned staging buffer. A decode step runs
+ * as one CUDA graph launch (cuda_graph.cu) unless NF_CUDA_GRAPH=off. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,12 +72,15 @@ const float *nf_cuda_vec(nf_cuda *c, const nf_tensor *t) {
 
 /* ---- activation memory ---- */
 static void *cu_alloc(nf_backend *be, size_t bytes) {
+    nf_cuda *c = nf_cuda_of(be);
+    if (c->capturing) return nf_cuda_arena_get(c, bytes ? bytes : 1);
     void *p = nullptr;
-    if (cudaMallocAsync(&p, bytes ? bytes : 1, nf_cuda_of(be)->stream) != cudaSuccess) return nullptr;
+    if (cudaMallocAsync(&p, bytes ? bytes : 1, c->stream) != cudaSuccess) return nullptr;
     return p;
 }
 static void cu_release(nf_backend *be, void *p) {
-    if (p) cudaFreeAsync(p, nf_cuda_of(be)->stream);
+    nf_cuda *c = nf_cuda_of(be);
+    if (p && !nf_cuda_in_arena(c, p)) cudaFreeAsync(p, c->stream);
 }
 static int cu_to_host(nf_backend *be, void *dst, const void *src, size_t bytes) {
     nf_cuda *c = nf_cuda_of(be);
@@ -88,7 +92,9 @@ static int cu_to_host(nf_backend *be, void *dst, const void *src, size_t bytes) 
 static int cu_embed(nf_backend *be, const int32_t *tokens, int T, float *X) {
     nf_cuda *c = nf_cuda_of(be);
     if (T <= 0) return 0;
-    if (c->tok_ev_pending) NF_CU(cudaEventSynchronize(c->tok_ev)); /* the last copy has read the staging buffer */
+    /* the last copy has read the staging buffer (a recorded step has none pending: the step before it ended with
+     * the logits read back, and waiting is not allowed while recording) */
+    if (c->tok_ev_pending) NF_CU(cudaEventSynchronize(c->tok_ev));
     c->tok_ev_pending = 0;
     if ((size_t)T > c->tok_cap) {
         if (c->tok_host) cudaFreeHost(c->tok_host);
@@ -103,8 +109,10 @@ static int cu_embed(nf_backend *be, const int32_t *tokens, int T, float *X) {
     int32_t *dtok = sc.get<int32_t>((size_t)T);
     if (!dtok) return nf_fail("cuda embed: out of device memory");
     NF_CU(cudaMemcpyAsync(dtok, c->tok_host, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream));
-    NF_CU(cudaEventRecord(c->tok_ev, c->stream));
-    c->tok_ev_pending = 1;
+    if (!c->capturing) {
+        NF_CU(cudaEventRecord(c->tok_ev, c->stream));
+        c->tok_ev_pending = 1;
+    }
     nf_cuda_mat e = nf_cuda_mat_of(c, &c->m->token_embd);
     return nf_cuda_embed_rows(c, &e, dtok, T, c->m->hp.hc_count, X);
 }
@@ -152,6 +160,7 @@ static void cu_destroy(nf_backend *be) {
     nf_cuda *c = (nf_cuda *)be->impl;
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
+        nf_cuda_graph_free(c);
         for (int i = 0; i < c->n_vecs; i++) cudaFree(c->vecs[i].val);
         free(c->vecs);
         if (c->dweights) cudaFree(c->dweights);
@@ -290,5 +299,12 @@ extern "C" nf_backend *nf_backend_cuda_create(const nf_model *m, int device) {
     be->moe_block = nf_cuda_moe_block;
     be->head = cu_head;
     be->state_create = nf_cuda_state_create;
+    const char *g = getenv("NF_CUDA_GRAPH");
+    c->graphs = !(g && (!strcmp(g, "off") || !strcmp(g, "0")));
+    if (c->graphs) {
+        be->graph_begin = nf_cuda_graph_begin;
+        be->graph_end = nf_cuda_graph_end;
+        be->graph_abort = nf_cuda_graph_abort;
+    }
     return be;
 }

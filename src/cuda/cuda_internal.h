@@ -48,7 +48,29 @@ struct nf_cuda {
     size_t tok_cap;
     cudaEvent_t tok_ev;
     int tok_ev_pending;
+    /* decode-step graphs (cuda_graph.cu): while `capturing`, activation and scratch memory come from the arena
+     * (a bump allocator reset every step), so a step allocates nothing from the driver and the same allocation
+     * sequence gives the same addresses */
+    int graphs;                 /* 1: decode steps (T == 1) run as captured CUDA graphs (NF_CUDA_GRAPH) */
+    int capturing;
+    uint8_t *arena;
+    size_t arena_cap, arena_used, arena_need;
+    struct nf_cuda_graph_cache *gcache;
 };
+
+/* ---- decode-step graphs (cuda_graph.cu) ---- */
+/* Arena memory of the step being captured (256-byte aligned), or NULL when the arena is full (the capture then
+ * fails and the step is redone with a larger arena). */
+void *nf_cuda_arena_get(nf_cuda *c, size_t bytes);
+/* 1 when p lies inside the arena (its release is a no-op: the arena resets per step). */
+static inline int nf_cuda_in_arena(const nf_cuda *c, const void *p) {
+    return c->arena && (const uint8_t *)p >= c->arena && (const uint8_t *)p < c->arena + c->arena_cap;
+}
+/* The backend's graph operations (backend.h: graph_begin / graph_end / graph_abort) and their cleanup. */
+int nf_cuda_graph_begin(nf_backend *be);
+int nf_cuda_graph_end(nf_backend *be);
+void nf_cuda_graph_abort(nf_backend *be);
+void nf_cuda_graph_free(nf_cuda *c);
 
 static inline nf_cuda *nf_cuda_of(nf_backend *be) { return (nf_cuda *)be->impl; }
 
@@ -68,7 +90,9 @@ struct nf_cuda_scratch {
     explicit nf_cuda_scratch(nf_cuda *cc) : c(cc), n(0) {}
     template <class T> T *get(size_t count) {
         void *q = nullptr;
-        if (n == 24 || cudaMallocAsync(&q, count * sizeof(T) + 64, c->stream) != cudaSuccess) return nullptr;
+        if (n == 24) return nullptr;
+        if (c->capturing) return (T *)nf_cuda_arena_get(c, count * sizeof(T) + 64); /* freed with the arena */
+        if (cudaMallocAsync(&q, count * sizeof(T) + 64, c->stream) != cudaSuccess) return nullptr;
         p[n++] = q;
         return (T *)q;
     }

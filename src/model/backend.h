@@ -72,6 +72,18 @@ struct nf_backend {
      * linear:       y[T][rows] = W · x[T][W->ne[0]] for any 2-D weight tensor. */
     int (*final_hidden)(nf_backend *be, const float *X, int T, float *hidden);
     int (*linear)(nf_backend *be, const nf_tensor *w, const float *x, int T, float *y);
+
+    /* Optional (NULL: blocks run as they are called): the forward brackets a one-token step's blocks, from the
+     * embedding to the logits in backend memory, with graph_begin / graph_end, so a backend can record the step
+     * and run it as one unit (CUDA graphs: one launch instead of ~1700). Between them the blocks only record
+     * work: nothing runs and no device value may be read. graph_end runs the recorded step; it returns 1 when
+     * the recording could not be used (e.g. out of recording memory) — nothing ran and the state is unchanged,
+     * so the forward redoes the step with the blocks called directly. graph_abort discards a recording after a
+     * block failed while recording; the forward then also redoes the step directly (a real error reproduces there
+     * and is reported). */
+    int (*graph_begin)(nf_backend *be);
+    int (*graph_end)(nf_backend *be);
+    void (*graph_abort)(nf_backend *be);
 };
 
 /* Destroy a backend made by any backend's create function (NULL is fine). */

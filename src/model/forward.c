@@ -51,16 +51,35 @@ int nf_forward(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float
     return nf_forward_ex(be, st, tokens, T, logits, all_logits, dump, NULL);
 }
 
+static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
+                          nf_topk_dump *dump, float *hidden, int graph);
+
 int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
                   nf_topk_dump *dump, float *hidden) {
-    const nf_model *m = be->model;
-    const nf_hparams *hp = &m->hp;
+    const nf_hparams *hp = &be->model->hp;
     if (T <= 0) return nf_fail("forward: no tokens");
     if (hidden && !be->final_hidden) return nf_fail("forward: the %s backend cannot return hidden states", be->name);
     for (int t = 0; t < T; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return nf_fail("forward: token id %d out of range [0, %d)", tokens[t], hp->n_vocab);
     if (nf_state_reserve(st, st->pos + T) < 0) return -1;
+    /* a decode step as one recorded unit: only when nothing has to be read back in the middle of it */
+    int graph = be->graph_begin && T == 1 && logits && !hidden && !(dump && dump->buf);
+    if (graph) {
+        int r = forward_blocks(be, st, tokens, T, logits, all_logits, dump, hidden, 1);
+        if (r <= 0) return r;
+        /* r == 1: the recording was not usable; nothing ran */
+    }
+    return forward_blocks(be, st, tokens, T, logits, all_logits, dump, hidden, 0);
+}
+
+/* The blocks of one forward. graph: bracket them with the backend's graph_begin / graph_end (returns 1 when
+ * the backend could not use the recording: nothing ran, the caller redoes the step directly). */
+static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
+                          nf_topk_dump *dump, float *hidden, int graph) {
+    const nf_model *m = be->model;
+    const nf_hparams *hp = &m->hp;
+    if (graph && be->graph_begin(be) < 0) return 1; /* not recording: the caller runs the step directly */
 
     const int n = hp->n_embd, hc = hp->hc_count;
     const int width = nf_topk_width(hp);
@@ -79,8 +98,8 @@ int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, fl
         b.sel = be->alloc(be, (size_t)T * width * sizeof(int32_t));
     }
     if (!b.X || !b.h || !b.x || !b.y || !b.mix || (has_mla && (!b.qr || !b.q || !b.sel))) {
-        release_all(be, &b);
-        return nf_fail("forward: out of memory for %d tokens", T);
+        nf_fail("forward: out of memory for %d tokens", T);
+        goto fail;
     }
 
     CHECK(be->embed(be, tokens, T, b.X));
@@ -141,6 +160,14 @@ int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, fl
             goto fail;
         }
         CHECK(be->head(be, b.X + (size_t)first * hc * n, rows, b.logits));
+        if (graph) {
+            int r = be->graph_end(be);
+            graph = 0; /* ended: nothing to abort from here on */
+            if (r != 0) {
+                release_all(be, &b);
+                return r;
+            }
+        }
         CHECK(be->to_host(be, logits, b.logits, (size_t)rows * hp->n_vocab * f));
     }
     st->pos += T;
@@ -148,6 +175,11 @@ int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, fl
     return 0;
 fail:
     release_all(be, &b);
+    if (graph) {
+        /* nothing ran: redo the step with direct calls, where a real error reproduces and is reported */
+        be->graph_abort(be);
+        return 1;
+    }
     return -1;
 }
 
