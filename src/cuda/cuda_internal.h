@@ -155,6 +155,9 @@ int nf_cuda_embed_rows(nf_cuda *c, const nf_cuda_mat *w, const int32_t *tokens, 
 /* out[r] = RMSNorm(x[r]) * w (w may be NULL), rows of n with strides ldx / ldo; may be in place */
 int nf_cuda_rmsnorm_rows(nf_cuda *c, const float *x, int64_t ldx, int rows, int64_t n, float eps, const float *w,
                          float *out, int64_t ldo);
+/* the same with out[r][i] then multiplied by sigmoid(gate[r * ldg + i]) (gate may be NULL) */
+int nf_cuda_rmsnorm_gated_rows(nf_cuda *c, const float *x, int64_t ldx, int rows, int64_t n, float eps,
+                               const float *w, const float *gate, int64_t ldg, float *out, int64_t ldo);
 int nf_cuda_layernorm_rows(nf_cuda *c, const float *x, int rows, int64_t n, float eps, const float *w,
                            const float *b, float *out);
 /* y = silu(min(g, lim)) * clamp(u, -lim, lim) elementwise (lim <= 0: no clamp); y may alias g */
@@ -167,6 +170,27 @@ int nf_cuda_scale(nf_cuda *c, float *x, int64_t n, float s);
 __device__ __forceinline__ float nf_d_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float nf_d_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float nf_d_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+/* The sum of v over the block, returned to every thread: warp trees, then warp 0 adds the warps' sums with a
+ * tree (a fixed order, so the result does not depend on timing). blockDim.x a multiple of 32 (<= 1024), every
+ * thread calls it; sh: 32 doubles of shared memory, reusable right after the call returns. */
+__device__ __forceinline__ double nf_d_block_sum(double v, double *sh) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    if (w == 0) {
+        double s = l < nw ? sh[l] : 0.0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (l == 0) sh[32 - 1] = s;
+    }
+    __syncthreads();
+    const double r = sh[32 - 1];
+    __syncthreads();
+    return r;
+}
 
 /* ---- blocks ---- */
 int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix);
