@@ -1,74 +1,81 @@
 /* cuda_hc.cu — manifold-constrained hyper-connections on the GPU: hc_pre (RMSNorm of the flattened streams,
  * the mixing projection, pre/post weights and the Sinkhorn-projected combination matrix, the collapse of the
  * streams) and hc_post (expand the block output and mix the streams). Same operations and orders as
- * src/cpu/hc.c; the Sinkhorn iterations of one token are tiny (hc x hc) and run in one thread. */
+ * src/cpu/hc.c; the Sinkhorn iterations of one token (hc x hc) run on hc * hc threads of one block, in the same
+ * launch as the collapse. */
 #include "cuda/cuda_internal.h"
 
 #define HC_MAX 16
 
-__device__ void softmax_row_d(float *x, int n) {
-    float mx = x[0];
-    for (int i = 1; i < n; i++) if (x[i] > mx) mx = x[i];
-    double s = 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(__fsub_rn(x[i], mx));
-        s += x[i];
+/* The Sinkhorn projection of one token's combination matrix comb[hc][hc] (shared memory) by its first hc * hc
+ * threads, thread i * hc + j owning element (i, j); every thread of the block calls it (it synchronises). Each
+ * row or column sum is read by its owners in the CPU's sequential order (src/cpu/hc.c: nf_hc_sinkhorn, the row
+ * softmax as nf_softmax_row), so the result is the CPU's bit for bit up to expf ulps; the divisions of all
+ * elements run in parallel instead of one thread's chain of ~1300 dependent divisions (~54 us). */
+__device__ void sinkhorn_block(float *comb, int hc, int iters, float eps) {
+    const int tid = threadIdx.x, own = tid < hc * hc, i = tid / hc, j = tid % hc;
+    float v = own ? comb[tid] : 0.0f;
+    if (own) {
+        float mx = comb[i * hc];
+        for (int q = 1; q < hc; q++)
+            if (comb[i * hc + q] > mx) mx = comb[i * hc + q];
+        v = expf(__fsub_rn(v, mx));
     }
-    const float inv = (float)(1.0 / s);
-    for (int i = 0; i < n; i++) x[i] = __fmul_rn(x[i], inv);
+    __syncthreads();
+    if (own) comb[tid] = v;
+    __syncthreads();
+    if (own) {
+        double s = 0.0;
+        for (int q = 0; q < hc; q++) s += comb[i * hc + q];
+        v = __fadd_rn(__fmul_rn(v, (float)(1.0 / s)), eps);
+    }
+    __syncthreads();
+    if (own) comb[tid] = v;
+    __syncthreads();
+    for (int it = 0; it < iters; it++) {
+        for (int pass = it > 0 ? 0 : 1; pass < 2; pass++) {  /* 0: rows (not on the first iteration), 1: columns */
+            if (own) {
+                float s = 0.0f;
+                for (int q = 0; q < hc; q++) s = __fadd_rn(s, pass == 0 ? comb[i * hc + q] : comb[q * hc + j]);
+                v = __fdiv_rn(v, __fadd_rn(s, eps));
+            }
+            __syncthreads();
+            if (own) comb[tid] = v;
+            __syncthreads();
+        }
+    }
 }
 
-__device__ void sinkhorn_d(float *comb, int hc, int iters, float eps) {
-    for (int i = 0; i < hc; i++) {
-        softmax_row_d(comb + i * hc, hc);
-        for (int j = 0; j < hc; j++) comb[i * hc + j] = __fadd_rn(comb[i * hc + j], eps);
-    }
-    for (int it = 0; it < iters; it++) {
-        if (it > 0) {
-            for (int i = 0; i < hc; i++) {
+#define HC_THREADS 256
+
+/* hc_pre after the projection mm[T][(2+hc)*hc], for token t = blockIdx.y (+ multiples of gridDim.y):
+ *  block x = 0: post weights and the Sinkhorn-projected combination matrix into mix[t][hc + hc*hc];
+ *  blocks x >= 1: the collapse h[t][i] = sum_k pre[k] X[t][k][i] (pre recomputed per block: hc sigmoids).
+ * One launch, the two parts running side by side. */
+__global__ void hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
+                                       int hc, int n, int iters, float eps, float *mix, float *h) {
+    __shared__ float w[HC_MAX * HC_MAX];
+    const int nm = (2 + hc) * hc, tid = threadIdx.x;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        const float *m = mm + (size_t)t * nm;
+        if (blockIdx.x == 0) {
+            float *post = mix + (size_t)t * (hc + hc * hc);
+            if (tid < hc) post[tid] = __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(m[hc + tid], scale[1]), base[hc + tid])));
+            if (tid < hc * hc) w[tid] = __fadd_rn(__fmul_rn(m[2 * hc + tid], scale[2]), base[2 * hc + tid]);
+            __syncthreads();
+            sinkhorn_block(w, hc, iters, eps);
+            if (tid < hc * hc) post[hc + tid] = w[tid];
+        } else {
+            if (tid < hc) w[tid] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[tid], scale[0]), base[tid])), eps);
+            __syncthreads();
+            const float *x = X + (size_t)t * hc * n;
+            for (int i = (blockIdx.x - 1) * HC_THREADS + tid; i < n; i += (gridDim.x - 1) * HC_THREADS) {
                 float s = 0.0f;
-                for (int j = 0; j < hc; j++) s = __fadd_rn(s, comb[i * hc + j]);
-                s = __fadd_rn(s, eps);
-                for (int j = 0; j < hc; j++) comb[i * hc + j] = __fdiv_rn(comb[i * hc + j], s);
+                for (int k = 0; k < hc; k++) s = __fadd_rn(s, __fmul_rn(w[k], x[(size_t)k * n + i]));
+                h[(size_t)t * n + i] = s;
             }
         }
-        for (int j = 0; j < hc; j++) {
-            float s = 0.0f;
-            for (int i = 0; i < hc; i++) s = __fadd_rn(s, comb[i * hc + j]);
-            s = __fadd_rn(s, eps);
-            for (int i = 0; i < hc; i++) comb[i * hc + j] = __fdiv_rn(comb[i * hc + j], s);
-        }
-    }
-}
-
-/* one thread per token: pre[T][hc], mix[T][hc + hc*hc] from the projection mm[T][(2+hc)*hc] */
-__global__ void hc_mix_kernel(const float *mm, const float *base, const float *scale, int T, int hc, int iters,
-                              float eps, float *pre, float *mix) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= T) return;
-    const int nm = (2 + hc) * hc;
-    const float *m = mm + (size_t)t * nm;
-    float *post = mix + (size_t)t * (hc + hc * hc);
-    float comb[HC_MAX * HC_MAX];
-    for (int s = 0; s < hc; s++) {
-        pre[(size_t)t * hc + s] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[s], scale[0]), base[s])), eps);
-        post[s] = __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(m[hc + s], scale[1]), base[hc + s])));
-    }
-    for (int k = 0; k < hc * hc; k++) comb[k] = __fadd_rn(__fmul_rn(m[2 * hc + k], scale[2]), base[2 * hc + k]);
-    sinkhorn_d(comb, hc, iters, eps);
-    for (int k = 0; k < hc * hc; k++) post[hc + k] = comb[k];
-}
-
-/* h[t][i] = sum_k pre[t][k] X[t][k][i] */
-__global__ void hc_collapse_kernel(const float *X, const float *pre, int T, int hc, int n, float *h) {
-    const int64_t total = (int64_t)T * n;
-    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        const int t = (int)(idx / n), i = (int)(idx % n);
-        const float *x = X + (size_t)t * hc * n;
-        float s = 0.0f;
-        for (int k = 0; k < hc; k++) s = __fadd_rn(s, __fmul_rn(pre[(size_t)t * hc + k], x[(size_t)k * n + i]));
-        h[idx] = s;
+        __syncthreads();
     }
 }
 
@@ -89,14 +96,15 @@ int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, floa
     if (hc > HC_MAX) return nf_fail("cuda hc: hc_count %d > %d", hc, HC_MAX);
     const int64_t flat = (int64_t)hc * n;
     nf_cuda_scratch sc(c);
-    float *r = sc.get<float>((size_t)T * flat), *mm = sc.get<float>((size_t)T * nm), *pre = sc.get<float>((size_t)T * hc);
-    if (!r || !mm || !pre) return nf_fail("cuda hc_pre: out of device memory");
+    float *r = sc.get<float>((size_t)T * flat), *mm = sc.get<float>((size_t)T * nm);
+    if (!r || !mm) return nf_fail("cuda hc_pre: out of device memory");
     if (nf_cuda_rmsnorm_rows(c, X, flat, T, flat, hp->rms_eps, nullptr, r, flat) < 0) return -1;
     nf_cuda_mat w = nf_cuda_mat_of(c, fn);
     if (nf_cuda_matmul(c, &w, r, T, flat, mm, nm) < 0) return -1;
-    hc_mix_kernel<<<(T + 63) / 64, 64, 0, c->stream>>>(mm, base, scale, T, hc, hp->hc_sinkhorn_iters, hp->hc_eps, pre, mix);
-    NF_LAUNCHED();
-    hc_collapse_kernel<<<blocks_for((int64_t)T * n), 256, 0, c->stream>>>(X, pre, T, hc, n, h);
+    const int collapse_blocks = (int)((n + HC_THREADS - 1) / HC_THREADS < 64 ? (n + HC_THREADS - 1) / HC_THREADS : 64);
+    const dim3 grid(1 + collapse_blocks, T < 65535 ? T : 65535);
+    hc_mix_collapse_kernel<<<grid, HC_THREADS, 0, c->stream>>>(mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
+                                                               hp->hc_eps, mix, h);
     NF_LAUNCHED();
     return 0;
 }
