@@ -1,11 +1,9 @@
 /* cuda_kda.cu — Kimi Delta Attention on the GPU (the CPU reference and the mathematics: src/cpu/kda.c).
  *
  * q|k|v projections written after the layer's conv window (device state), the causal depthwise conv + SiLU,
- * the new window copied back, per-head L2 norms (q scaled by 1/sqrt(hd)), the forget gate and beta, then the
- * exact per-token delta-rule recurrence in fp32: one thread block per head, thread j owning column j of
- * S[head][key][value] (the column's update depends on no other column), accumulating over keys in the CPU's
- * order with unfused multiply/add, so prefill, chunked prefill and decode are bit-identical on the GPU too.
- * Then the gated per-head RMSNorm and the output projection. */
+ * the new window copied back, then the exact per-token delta-rule recurrence in fp32 (one launch that also
+ * applies the per-head L2 norms of q and k (q scaled by 1/sqrt(hd)), the forget gate and beta: see
+ * kda_recurrence_kernel), then the per-head RMSNorm times the output gate (one launch) and the output projection. */
 #include "cuda/cuda_internal.h"
 
 static unsigned blocks_for(int64_t n) {
@@ -29,77 +27,88 @@ __global__ void kda_conv_kernel(const float *hist, int T, int K, int inner, cons
     }
 }
 
-/* one warp per (t, head, q|k): x / sqrt(sum x^2 + 1e-6); q then times qscale */
-__global__ void kda_l2norm_kernel(float *qkv, int T, int H, int hd, float qscale) {
-    const int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (w >= T * H * 2) return;
-    const int t = w / (2 * H), h = (w / 2) % H, isk = w % 2;
-    const int inner = H * hd;
-    float *x = qkv + (size_t)t * 3 * inner + (size_t)isk * inner + (size_t)h * hd;
-    double ss = 0.0;
-    for (int i = lane; i < hd; i += 32) ss += (double)x[i] * (double)x[i];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float d = sqrtf(__fadd_rn((float)ss, 1e-6f));
-    for (int i = lane; i < hd; i += 32) {
-        float v = __fdiv_rn(x[i], d);
-        if (!isk) v = __fmul_rn(v, qscale);
-        x[i] = v;
-    }
-}
+#define KDA_ROWS 16 /* key rows of S per thread, kept in registers over the tokens */
 
-__global__ void kda_gate_kernel(float *g, const float *dt, const float *ssm_a, int T, int H, int hd, float lb) {
-    const int inner = H * hd;
-    const int64_t total = (int64_t)T * inner;
-    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        const int c = (int)(idx % inner), h = c / hd;
-        const float rate = -ssm_a[h];
-        const float f = __fadd_rn(g[idx], dt[c]);
-        g[idx] = lb < 0.0f ? __fmul_rn(lb, nf_d_sigmoid(__fmul_rn(rate, f))) : __fmul_rn(-rate, nf_d_softplus(f));
-    }
-}
-
-/* the delta-rule recurrence: block = head, thread j = value column j */
-__global__ void kda_recurrence_kernel(float *S, const float *qkv, const float *g, const float *beta, float *o, int T,
+/* The delta-rule recurrence with its per-token inputs prepared on the fly (in the CPU's operations, src/cpu/kda.c):
+ * q and k L2-normalised (q times qscale), e = exp(gate(g_raw + dt)), beta = sigmoid(beta_raw). Block
+ * (column group blockIdx.x, head blockIdx.y), 32 * ry threads: lane tx owns value column j = 32 * blockIdx.x + tx
+ * (columns are independent), warp ty owns key rows [KDA_ROWS * ty, KDA_ROWS * (ty + 1)) of that column in
+ * registers. The two key reductions per token (pred and the output) are each thread's sum over its rows in double,
+ * then the warps' partial sums added in warp order, rounded to f32 once: a fixed order, so a token's values do not
+ * depend on T (chunked prefill and decode stay bit-identical to one-shot prefill on the GPU); the CPU adds in f32
+ * sequentially, which this matches within a few f32 ulps of the sum of |terms|. */
+__global__ void kda_recurrence_kernel(float *S, const float *qkv, const float *graw, const float *dt,
+                                      const float *ssm_a, float lb, const float *braw, float qscale, float *o, int T,
                                       int H, int hd) {
     extern __shared__ float sh[];
+    __shared__ double red[2][32][33];
+    __shared__ double rsh[32];
     float *sq = sh, *sk = sh + hd, *se = sh + 2 * hd;
-    const int h = blockIdx.x, j = threadIdx.x;
-    const int inner = H * hd;
+    const int h = blockIdx.y, tid = threadIdx.x, tx = tid % 32, ty = tid / 32, ry = blockDim.x / 32;
+    const int j = blockIdx.x * 32 + tx, inner = H * hd, i0 = ty * KDA_ROWS;
+    const bool col = j < hd;
     float *Sh = S + (size_t)h * hd * hd;
+    float Sr[KDA_ROWS];
+#pragma unroll
+    for (int r = 0; r < KDA_ROWS; r++) Sr[r] = col && i0 + r < hd ? Sh[(size_t)(i0 + r) * hd + j] : 0.0f;
+    const float rate = -ssm_a[h];
     for (int t = 0; t < T; t++) {
         const float *row = qkv + (size_t)t * 3 * inner;
-        for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-            sq[i] = row[h * hd + i];
-            sk[i] = row[inner + h * hd + i];
-            se[i] = expf(g[(size_t)t * inner + h * hd + i]);
+        double pq = 0.0, pk = 0.0;
+        for (int i = tid; i < hd; i += blockDim.x) {
+            const float qv = row[h * hd + i], kv = row[inner + h * hd + i];
+            sq[i] = qv;
+            sk[i] = kv;
+            pq += (double)qv * (double)qv;
+            pk += (double)kv * (double)kv;
+            const float f = __fadd_rn(graw[(size_t)t * inner + h * hd + i], dt[h * hd + i]);
+            const float g = lb < 0.0f ? __fmul_rn(lb, nf_d_sigmoid(__fmul_rn(rate, f))) : __fmul_rn(-rate, nf_d_softplus(f));
+            se[i] = expf(g);
+        }
+        const float dq = sqrtf(__fadd_rn((float)nf_d_block_sum(pq, rsh), 1e-6f));
+        const float dk = sqrtf(__fadd_rn((float)nf_d_block_sum(pk, rsh), 1e-6f));
+        for (int i = tid; i < hd; i += blockDim.x) {
+            sq[i] = __fmul_rn(__fdiv_rn(sq[i], dq), qscale);
+            sk[i] = __fdiv_rn(sk[i], dk);
         }
         __syncthreads();
-        if (j < hd) {
-            float pred = 0.0f;
-            for (int i = 0; i < hd; i++) {
-                const float s = __fmul_rn(Sh[(size_t)i * hd + j], se[i]);
-                Sh[(size_t)i * hd + j] = s;
-                pred = __fadd_rn(pred, __fmul_rn(s, sk[i]));
+        const float beta = nf_d_sigmoid(braw[(size_t)t * H + h]);
+        double p = 0.0;
+#pragma unroll
+        for (int r = 0; r < KDA_ROWS; r++) {
+            if (i0 + r < hd) {
+                const float s = __fmul_rn(Sr[r], se[i0 + r]);
+                Sr[r] = s;
+                p += (double)__fmul_rn(s, sk[i0 + r]);
             }
-            const float v = row[2 * inner + h * hd + j];
-            const float d = __fmul_rn(__fsub_rn(v, pred), beta[(size_t)t * H + h]);
-            float acc = 0.0f;
-            for (int i = 0; i < hd; i++) {
-                const float s = __fadd_rn(Sh[(size_t)i * hd + j], __fmul_rn(sk[i], d));
-                Sh[(size_t)i * hd + j] = s;
-                acc = __fadd_rn(acc, __fmul_rn(s, sq[i]));
+        }
+        red[0][ty][tx] = p;
+        __syncthreads();
+        double pred = 0.0;
+        for (int y = 0; y < ry; y++) pred += red[0][y][tx];
+        const float v = col ? row[2 * inner + h * hd + j] : 0.0f;
+        const float d = __fmul_rn(__fsub_rn(v, (float)pred), beta);
+        double acc = 0.0;
+#pragma unroll
+        for (int r = 0; r < KDA_ROWS; r++) {
+            if (i0 + r < hd) {
+                const float s = __fadd_rn(Sr[r], __fmul_rn(sk[i0 + r], d));
+                Sr[r] = s;
+                acc += (double)__fmul_rn(s, sq[i0 + r]);
             }
-            o[(size_t)t * inner + h * hd + j] = acc;
+        }
+        red[1][ty][tx] = acc;
+        __syncthreads();
+        if (ty == 0 && col) {
+            double a = 0.0;
+            for (int y = 0; y < ry; y++) a += red[1][y][tx];
+            o[(size_t)t * inner + h * hd + j] = (float)a;
         }
         __syncthreads();
     }
-}
-
-__global__ void mul_sigmoid_kernel(float *o, const float *gate, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        o[i] = __fmul_rn(o[i], nf_d_sigmoid(gate[i]));
+#pragma unroll
+    for (int r = 0; r < KDA_ROWS; r++)
+        if (col && i0 + r < hd) Sh[(size_t)(i0 + r) * hd + j] = Sr[r];
 }
 
 int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y) {
@@ -110,7 +119,7 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
     nf_layer_state *LS = &st->L[il];
     const int n = hp->n_embd, H = hp->kda_n_head, hd = hp->kda_head_dim, inner = H * hd, width = 3 * inner;
     const int K = hp->kda_conv, rank = hp->kda_gate_rank > 0 ? hp->kda_gate_rank : (int)L->kda_f_a.ne[1];
-    if (hd > 1024) return nf_fail("cuda kda: head_dim %d > 1024 unsupported", hd);
+    if (hd > 32 * KDA_ROWS) return nf_fail("cuda kda: head_dim %d > %d unsupported", hd, 32 * KDA_ROWS);
     const float *wq = nf_cuda_vec(c, &L->kda_conv_q), *wk = nf_cuda_vec(c, &L->kda_conv_k),
                 *wv = nf_cuda_vec(c, &L->kda_conv_v), *dt = nf_cuda_vec(c, &L->kda_dt_bias),
                 *ssm_a = nf_cuda_vec(c, &L->kda_a), *onorm = nf_cuda_vec(c, &L->kda_norm);
@@ -136,27 +145,22 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
     if (rows > 0)
         NF_CU(cudaMemcpyAsync(LS->conv, hist + (size_t)T * width, (size_t)rows * width * sizeof(float),
                               cudaMemcpyDeviceToDevice, s));
-    const int warps = T * H * 2;
-    kda_l2norm_kernel<<<(warps + 7) / 8, 256, 0, s>>>(qkv, T, H, hd, 1.0f / sqrtf((float)hd));
-    NF_LAUNCHED();
-
     nf_cuda_mat fa = nf_cuda_mat_of(c, &L->kda_f_a), fb = nf_cuda_mat_of(c, &L->kda_f_b);
     if (nf_cuda_matmul(c, &fa, x, T, n, tmp, rank) < 0 || nf_cuda_matmul(c, &fb, tmp, T, rank, g, inner) < 0) return -1;
-    kda_gate_kernel<<<blocks_for((int64_t)T * inner), 256, 0, s>>>(g, dt, ssm_a, T, H, hd, hp->kda_gate_lower_bound);
-    NF_LAUNCHED();
     nf_cuda_mat mb = nf_cuda_mat_of(c, &L->kda_beta);
-    if (nf_cuda_matmul(c, &mb, x, T, n, beta, H) < 0 || nf_cuda_sigmoid(c, beta, (int64_t)T * H) < 0) return -1;
+    if (nf_cuda_matmul(c, &mb, x, T, n, beta, H) < 0) return -1;
 
-    const int threads = ((hd + 31) / 32) * 32;
-    kda_recurrence_kernel<<<H, threads, 3 * hd * sizeof(float), s>>>(LS->S, qkv, g, beta, o, T, H, hd);
+    const int ry = (hd + KDA_ROWS - 1) / KDA_ROWS;
+    const dim3 grid((hd + 31) / 32, H);
+    kda_recurrence_kernel<<<grid, 32 * ry, 3 * hd * sizeof(float), s>>>(LS->S, qkv, g, dt, ssm_a,
+                                                                        hp->kda_gate_lower_bound, beta,
+                                                                        1.0f / sqrtf((float)hd), o, T, H, hd);
     NF_LAUNCHED();
 
     nf_cuda_mat ga = nf_cuda_mat_of(c, &L->kda_g_a), gb = nf_cuda_mat_of(c, &L->kda_g_b);
     if (nf_cuda_matmul(c, &ga, x, T, n, tmp, rank) < 0 || nf_cuda_matmul(c, &gb, tmp, T, rank, gate, inner) < 0)
         return -1;
-    if (nf_cuda_rmsnorm_rows(c, o, hd, T * H, hd, hp->rms_eps, onorm, o, hd) < 0) return -1;
-    mul_sigmoid_kernel<<<blocks_for((int64_t)T * inner), 256, 0, s>>>(o, gate, (int64_t)T * inner);
-    NF_LAUNCHED();
+    if (nf_cuda_rmsnorm_gated_rows(c, o, hd, T * H, hd, hp->rms_eps, onorm, gate, hd, o, hd) < 0) return -1;
     nf_cuda_mat wo = nf_cuda_mat_of(c, &L->attn_output);
     return nf_cuda_matmul(c, &wo, o, T, inner, y, n);
 }
