@@ -10,11 +10,6 @@
 #include "cuda/cuda_gemv.h"
 #include "cuda/cuda_internal.h"
 
-static unsigned blocks_for(int64_t n) {
-    int64_t b = (n + 255) / 256;
-    return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
-}
-
 /* a = G x, b = U x for nvec vectors (matmul_ex's arguments): for decode-sized products one launch of
  * cuda_gemv.cu for both matrices (the same kernel, hence the same values, as two products) */
 static int gate_up(nf_cuda *c, const nf_cuda_mat *g, const nf_cuda_mat *u, const float *x, int64_t ldx, int xdiv,
@@ -61,57 +56,108 @@ int nf_cuda_dense_mlp(nf_backend *be, int il, const float *x, int T, float *y) {
     return mlp(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, x, T, c->m->hp.swiglu_limit, y);
 }
 
-/* block = token: scores, top-k by rank counting, weights */
+#define ROUTER_THREADS 256
+#define COMBINE_THREADS 256
+#define TOPK_MAX 64
+
+/* (value, index) a ranks before (value, index) b: larger value, ties to the lower index (nf_topk_desc's order) */
+__device__ __forceinline__ bool ranks_before(float av, int ai, float bv, int bi) {
+    return bi < 0 || (ai >= 0 && (av > bv || (av == bv && ai < bi)));
+}
+
+/* block = token: sigmoid scores and biased choices of all experts in parallel, then k rounds of a block-wide
+ * arg-max (warp shuffles, then the warps' winners), each taking the best expert not yet taken: slot r gets the
+ * expert of rank r, as the CPU's top-k. Then the weights from the chosen scores in rank order (k values). */
 __global__ void router_kernel(const float *logit, const float *bias, int E, int k, int norm, float scale,
                               int32_t *expert_of, float *weight_of) {
     extern __shared__ float sh[];
     float *s = sh, *choice = sh + E;
-    const int t = blockIdx.x;
+    __shared__ float wv[32];
+    __shared__ int wi[32];
+    __shared__ int32_t sel[TOPK_MAX];
+    const int t = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
         const float v = nf_d_sigmoid(logit[(size_t)t * E + e]);
         s[e] = v;
         choice[e] = __fadd_rn(v, bias ? bias[e] : 0.0f);
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        int rank = 0;
-        for (int o = 0; o < E && rank < k; o++)
-            rank += choice[o] > choice[e] || (choice[o] == choice[e] && o < e);
-        if (rank < k) expert_of[(size_t)t * k + rank] = e;
+    for (int r = 0; r < k; r++) {
+        float bv = 0.0f;
+        int bi = -1;
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            bool taken = false;
+            for (int q = 0; q < r; q++) taken |= sel[q] == e;
+            if (!taken && ranks_before(choice[e], e, bv, bi)) {
+                bv = choice[e];
+                bi = e;
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ranks_before(ov, oi, bv, bi)) {
+                bv = ov;
+                bi = oi;
+            }
+        }
+        if (lane == 0) {
+            wv[warp] = bv;
+            wi[warp] = bi;
+        }
+        __syncthreads();
+        if (warp == 0) {
+            bv = lane < nw ? wv[lane] : 0.0f;
+            bi = lane < nw ? wi[lane] : -1;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+                if (ranks_before(ov, oi, bv, bi)) {
+                    bv = ov;
+                    bi = oi;
+                }
+            }
+            if (lane == 0) sel[r] = bi;
+        }
+        __syncthreads();
     }
-    __syncthreads();
     if (threadIdx.x == 0) {
-        const int32_t *sel = expert_of + (size_t)t * k;
         float sum = 0.0f;
         for (int i = 0; i < k; i++) sum = __fadd_rn(sum, s[sel[i]]);
         for (int i = 0; i < k; i++) {
             float w = s[sel[i]];
             if (norm) w = __fdiv_rn(w, __fadd_rn(sum, 1e-20f));
+            expert_of[(size_t)t * k + i] = sel[i];
             weight_of[(size_t)t * k + i] = __fmul_rn(w, scale);
         }
     }
 }
 
-/* y[t][i] = sum over slots in ascending expert order of w * out (+ shared[t][i]) */
+/* y[t][i] = sum over slots in ascending expert order of w * out (+ shared[t][i]); block (column range, token):
+ * the slots' ascending order is found once per block (slot q's place = number of smaller experts; the k experts of
+ * a token are distinct). */
 __global__ void moe_combine_kernel(const float *out, const int32_t *expert_of, const float *weight_of,
                                    const float *shared, int T, int k, int n, float *y) {
-    const int64_t total = (int64_t)T * n;
-    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (int64_t)gridDim.x * blockDim.x) {
-        const int t = (int)(idx / n), i = (int)(idx % n);
+    __shared__ int order[TOPK_MAX];
+    __shared__ float wgt[TOPK_MAX];
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
         const int32_t *ex = expert_of + (size_t)t * k;
-        float acc = 0.0f;
-        int last = -1;
-        for (int r = 0; r < k; r++) {
-            int best = -1;
-            for (int j = 0; j < k; j++)
-                if (ex[j] > last && (best < 0 || ex[j] < ex[best])) best = j;
-            if (best < 0) break;
-            last = ex[best];
-            acc = __fadd_rn(acc, __fmul_rn(out[((size_t)t * k + best) * n + i], weight_of[(size_t)t * k + best]));
+        if (threadIdx.x < k) {
+            int place = 0;
+            for (int q = 0; q < k; q++) place += ex[q] < ex[threadIdx.x] || (ex[q] == ex[threadIdx.x] && q < (int)threadIdx.x);
+            order[place] = threadIdx.x;
+            wgt[place] = weight_of[(size_t)t * k + threadIdx.x];
         }
-        if (shared) acc = __fadd_rn(acc, shared[idx]);
-        y[idx] = acc;
+        __syncthreads();
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+            float acc = 0.0f;
+            for (int r = 0; r < k; r++) acc = __fadd_rn(acc, __fmul_rn(out[((size_t)t * k + order[r]) * n + i], wgt[r]));
+            if (shared) acc = __fadd_rn(acc, shared[(size_t)t * n + i]);
+            y[(size_t)t * n + i] = acc;
+        }
+        __syncthreads();
     }
 }
 
@@ -120,6 +166,7 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     const nf_hparams *hp = &c->m->hp;
     const nf_layer *L = &c->m->layers[il];
     const int n = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
+    if (k < 1 || k > TOPK_MAX || k > E) return nf_fail("cuda moe: %d experts per token of %d unsupported (1..%d)", k, E, TOPK_MAX);
     const float *bias = L->router_bias.data ? nf_cuda_vec(c, &L->router_bias) : nullptr;
     if (L->router_bias.data && !bias) return nf_fail_prefix("layer %d router bias", il);
     nf_cuda_mat r = nf_cuda_mat_of(c, &L->router), g = nf_cuda_mat_of(c, &L->gate_exps),
@@ -134,7 +181,7 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     if (!logit || !weight_of || !a || !b || !out || !expert_of || (has_shared && !shared))
         return nf_fail("cuda moe: out of device memory");
     if (nf_cuda_matmul(c, &r, x, T, n, logit, E) < 0) return -1;
-    router_kernel<<<T, 256, 2 * E * sizeof(float), c->stream>>>(logit, bias, E, k, hp->expert_weights_norm,
+    router_kernel<<<T, ROUTER_THREADS, 2 * E * sizeof(float), c->stream>>>(logit, bias, E, k, hp->expert_weights_norm,
                                                                  hp->expert_weights_scale, expert_of, weight_of);
     NF_LAUNCHED();
     if (gate_up(c, &g, &u, x, n, k, expert_of, a, b, I, T * k) < 0) return -1;
@@ -142,7 +189,9 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     if (nf_cuda_matmul_ex(c, &d, a, I, 1, 1, expert_of, out, n, T * k) < 0) return -1;
     if (has_shared && mlp(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared) < 0)
         return -1;
-    moe_combine_kernel<<<blocks_for((int64_t)T * n), 256, 0, c->stream>>>(out, expert_of, weight_of, shared, T, k, n, y);
+    const dim3 cgrid((n + COMBINE_THREADS - 1) / COMBINE_THREADS < 32 ? (n + COMBINE_THREADS - 1) / COMBINE_THREADS : 32,
+                     T < 65535 ? T : 65535);
+    moe_combine_kernel<<<cgrid, COMBINE_THREADS, 0, c->stream>>>(out, expert_of, weight_of, shared, T, k, n, y);
     NF_LAUNCHED();
     return 0;
 }
