@@ -15,7 +15,8 @@
  *
  * Attention core (tolerance): the release dims (64 heads, latent 512, 2051-wide rows) against a double
  * precision reference, rows with all, some, holed and no valid entries; relative error per (token, head)
- * <= 2e-5 (f32 sums of <= 2051 terms). Decode (T = 1 per call) and batched calls must be bit-identical.
+ * <= 2e-5 (f32 sums of <= 2051 terms). Decode-shaped calls (T = 1, the split-selection kernels) are held to the same
+ * tolerance (they sum in another order, so they are not bit-identical to the batched call).
  *
  * --bench: per-phase timing (indexer scoring, selection, attention core) per MLA layer and per token at
  * several context lengths with the release dims on random data, decode (T = 1) and a prefill chunk. */
@@ -219,6 +220,22 @@ static void sel_check(const sel_case *c) {
 /* ------------------------------------------------------------------------------------------------------ */
 /* attention core                                                                                           */
 
+/* worst over the n (token, head) rows of max |g - ref| / max |ref| (an all-zero reference row: absolute) */
+static double core_err(const double *ref, const float *g, int n, int kl) {
+    double worst = 0;
+    for (size_t v = 0; v < (size_t)n; v++) {
+        double mx = 0, md = 0;
+        for (int r = 0; r < kl; r++) {
+            const double a = fabs(ref[v * kl + r]), d = fabs(g[v * kl + r] - ref[v * kl + r]);
+            if (a > mx) mx = a;
+            if (!(d <= md)) md = isnan(d) ? INFINITY : d;
+        }
+        const double e = mx > 0 ? md / mx : md;
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
 static void core_check(int H, int kl, int width, int64_t ctx, int T) {
     float *lat = nf_xmalloc((size_t)ctx * kl * sizeof(float)), *qt = nf_xmalloc((size_t)T * H * kl * sizeof(float));
     int32_t *sel = nf_xmalloc((size_t)T * width * sizeof(int32_t));
@@ -267,8 +284,8 @@ static void core_check(int H, int kl, int width, int64_t ctx, int T) {
     float *dlat = dup_to_dev(lat, (size_t)ctx * kl * sizeof(float)), *dqt = dup_to_dev(qt, (size_t)T * H * kl * sizeof(float));
     int32_t *dsel = dup_to_dev(sel, (size_t)T * width * sizeof(int32_t));
     float *S, *U, *U1;
-    const size_t srow = ((size_t)width + 3) & ~(size_t)3;
-    CU(cudaMalloc((void **)&S, (size_t)T * H * srow * sizeof(float)));
+    size_t s_floats = nf_cuda_mla_scratch_floats(T, H, kl, width), s1 = nf_cuda_mla_scratch_floats(1, H, kl, width);
+    CU(cudaMalloc((void **)&S, (s_floats > s1 ? s_floats : s1) * sizeof(float)));
     CU(cudaMalloc((void **)&U, (size_t)T * H * kl * sizeof(float)));
     CU(cudaMalloc((void **)&U1, (size_t)T * H * kl * sizeof(float)));
     const float fscale = 1.0f / sqrtf(256.0f);
@@ -281,22 +298,11 @@ static void core_check(int H, int kl, int width, int64_t ctx, int T) {
     float *g = nf_xmalloc((size_t)T * H * kl * sizeof(float)), *g1 = nf_xmalloc((size_t)T * H * kl * sizeof(float));
     CU(cudaMemcpy(g, U, (size_t)T * H * kl * sizeof(float), cudaMemcpyDeviceToHost));
     CU(cudaMemcpy(g1, U1, (size_t)T * H * kl * sizeof(float), cudaMemcpyDeviceToHost));
-    double worst = 0;
-    for (size_t v = 0; v < (size_t)T * H; v++) {
-        double mx = 0, md = 0;
-        for (int r = 0; r < kl; r++) {
-            const double a = fabs(ref[v * kl + r]), d = fabs(g[v * kl + r] - ref[v * kl + r]);
-            if (a > mx) mx = a;
-            if (!(d <= md)) md = isnan(d) ? INFINITY : d;
-        }
-        const double e = mx > 0 ? md / mx : md;
-        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
-    }
-    const int same = !memcmp(g, g1, (size_t)T * H * kl * sizeof(float));
-    printf("  mla core H %d kl %d width %d, %d tokens: max rel err %.2e vs double (tol 2e-5); one token per call %s\n", H,
-           kl, width, T, worst, same ? "bit-identical" : "DIFFERENT");
+    const double worst = core_err(ref, g, T * H, kl), worst1 = core_err(ref, g1, T * H, kl);
+    printf("  mla core H %d kl %d width %d, %d tokens: max rel err vs double %.2e batched, %.2e one token per call "
+           "(tol 2e-5)\n", H, kl, width, T, worst, worst1);
     CHECK(worst <= 2e-5, "attention core error %.3g", worst);
-    CHECK(same, "decode-shaped calls differ from the batched call");
+    CHECK(worst1 <= 2e-5, "attention core error %.3g in one-token (decode) calls", worst1);
     cudaFree(dlat);
     cudaFree(dqt);
     cudaFree(dsel);
@@ -358,8 +364,8 @@ static void bench(int quick) {
     for (size_t i = 0; i < (size_t)Tpre * H * kl; i++) hqt[i] = 0.05f * gauss();
     dqt = dup_to_dev(hqt, (size_t)Tpre * H * kl * sizeof(float));
     free(hqt);
-    const size_t srow = ((size_t)width + 3) & ~(size_t)3;
-    CU(cudaMalloc((void **)&S, (size_t)Tpre * H * srow * sizeof(float)));
+    const size_t s_pre = nf_cuda_mla_scratch_floats(Tpre, H, kl, width), s_dec = nf_cuda_mla_scratch_floats(1, H, kl, width);
+    CU(cudaMalloc((void **)&S, (s_pre > s_dec ? s_pre : s_dec) * sizeof(float)));
     CU(cudaMalloc((void **)&U, (size_t)Tpre * H * kl * sizeof(float)));
     CU(cudaMalloc((void **)&keys, (size_t)Tpre * max_pool * sizeof(uint32_t)));
     CU(cudaMalloc((void **)&hist, (size_t)Tpre * NF_IDX_HIST_BINS * sizeof(uint32_t)));
