@@ -13,6 +13,7 @@
 #include "server/http.h"
 #include "server/prefix_cache.h"
 #include "server/worker.h"
+#include "util/ctx_arg.h"
 #include "util/error.h"
 
 /* a second Ctrl-C / TERM during shutdown ends the process at once */
@@ -28,7 +29,7 @@ static void usage(void) {
             "  --port N               port (default 8000; 0 = any free port)\n"
             "  --api-key KEY          require this key (Authorization: Bearer KEY or x-api-key: KEY); env NF_API_KEY\n"
             "  --cors                 answer browsers (Access-Control-Allow-Origin: *)\n"
-            "  --ctx N                context length (default min(model context, 4096))\n"
+            "  --ctx N                context length (default min(model context, 4096); at most the model's)\n"
             "  --threads N            CPU threads (default: all)\n"
             "  --model-id NAME        the id clients see (default: the model file name without .gguf)\n"
             "  --strict-models        refuse requests naming another model (default: any name is accepted)\n"
@@ -61,7 +62,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--port") && more) so.port = atoi(argv[++i]);
         else if (!strcmp(a, "--api-key") && more) so.api_key = argv[++i];
         else if (!strcmp(a, "--cors")) so.cors = true;
-        else if (!strcmp(a, "--ctx") && more) sess.n_ctx = atoll(argv[++i]);
+        else if (!strcmp(a, "--ctx") && more) {
+            if (nf_parse_ctx_arg(argv[++i], &sess.n_ctx) < 0) {
+                fprintf(stderr, "nf-server: %s\n", nf_error());
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--threads") && more) sess.n_threads = atoi(argv[++i]);
         else if (!strcmp(a, "--model-id") && more) model_id = argv[++i];
         else if (!strcmp(a, "--strict-models")) so.strict_models = true;

@@ -35,6 +35,7 @@
 #include "text/chat_template.h"
 #include "text/output_parser.h"
 #include "text/tokenizer.h"
+#include "util/ctx_arg.h"
 #include "util/error.h"
 
 #define DEFAULT_MODEL_REL "models/tiny/nf-tiny-bf16.gguf"
@@ -107,7 +108,7 @@ static void usage(FILE *f, bool chat) {
                "      --ignore-stop     do not stop at stop tokens (benchmarks; -n still applies)\n"
                "  -t, --threads N       CPU threads (default: NF_THREADS or all cores)\n"
                "      --backend B       cpu (default) or cuda (GPU builds only: make cuda, build/cuda/nf)\n"
-               "  -c, --ctx N           context size in tokens (default: min(model context, 4096))\n"
+               "  -c, --ctx N           context size in tokens (default: min(model context, 4096); <= the model's)\n"
                "      --draft D         speculative decoding with drafter D: lookup (prompt n-grams), mtp, or\n"
                "                        model:FILE (a draft GGUF with the same tokenizer); see docs/speculative.md\n"
                "      --draft-max K     drafts verified per cycle (default 6)\n"
@@ -172,7 +173,13 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
         else if (OPT(NULL, "--repeat-penalty")) { NEED(); o->sp.repetition_penalty = (float)atof(v); }
         else if (OPT(NULL, "--repeat-last-n")) { NEED(); o->sp.penalty_last_n = atoi(v); }
         else if (OPT("-t", "--threads")) { NEED(); o->threads = atoi(v); }
-        else if (OPT("-c", "--ctx")) { NEED(); o->ctx = atoll(v); }
+        else if (OPT("-c", "--ctx")) {
+            NEED();
+            if (nf_parse_ctx_arg(v, &o->ctx) < 0) {
+                fprintf(stderr, "%s: %s\n", nf_progname, nf_error());
+                return 2;
+            }
+        }
         else if (OPT(NULL, "--draft")) { NEED(); o->draft = v; }
         else if (OPT(NULL, "--draft-max")) { NEED(); o->draft_max = atoi(v); }
         else if (OPT(NULL, "--spec-mode")) {

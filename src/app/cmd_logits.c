@@ -26,16 +26,19 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/state.h"
+#include "util/ctx_arg.h"
 #include "util/error.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: nf logits -m MODEL.gguf --tokens IDS_FILE --out OUT.f32 [--chunk N] [--topk-indices OUT.i32]"
-               " [--threads N] [--backend cpu|cuda]\n"
+               " [--threads N] [--backend cpu|cuda] [--ctx N]\n"
                "\nTeacher-forced logits of every position: raw little-endian float32 [positions][vocab].\n"
                "  --chunk N          tokens per forward call (default: all; 1 = token-by-token decode)\n"
                "  --topk-indices F   int32 [mla_layers][positions][index_topk + kpool - 1]: indexer selections\n"
                "  --threads N        CPU threads (default: NF_THREADS or all cores)\n"
-               "  --backend B        cpu (default) or cuda (GPU builds only: make cuda)\n");
+               "  --backend B        cpu (default) or cuda (GPU builds only: make cuda)\n"
+               "  --ctx N            context size: more positions than N are refused before any work (default and\n"
+               "                     maximum: the model's context length)\n");
 }
 
 static int32_t *read_ids(const char *path, int64_t *n) {
@@ -85,6 +88,7 @@ static double now_s(void) {
 int nf_cmd_logits(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *out = NULL, *topk = NULL, *backend = "cpu";
     int chunk = 0, threads = 0;
+    int64_t ctx = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
@@ -98,6 +102,12 @@ int nf_cmd_logits(int argc, char **argv) {
         else if (!strcmp(a, "--chunk") && more) chunk = atoi(argv[++i]);
         else if (!strcmp(a, "--threads") && more) threads = atoi(argv[++i]);
         else if (!strcmp(a, "--backend") && more) backend = argv[++i];
+        else if (!strcmp(a, "--ctx") && more) {
+            if (nf_parse_ctx_arg(argv[++i], &ctx) < 0) {
+                fprintf(stderr, "%s logits: %s\n", nf_progname, nf_error());
+                return 2;
+            }
+        }
         else {
             fprintf(stderr, "%s logits: unknown or incomplete option '%s'\n", nf_progname, a);
             usage(stderr);
@@ -131,6 +141,19 @@ int nf_cmd_logits(int argc, char **argv) {
         free(ids);
         return 1;
     }
+    const int64_t train = m->hp.n_ctx_train;
+    if ((ctx > 0 && train > 0 && ctx > train) || n > (ctx > 0 ? ctx : train > 0 ? train : n)) {
+        if (ctx > 0 && train > 0 && ctx > train)
+            fprintf(stderr, "%s logits: refused: --ctx %lld exceeds the model's context length %lld\n", nf_progname,
+                    (long long)ctx, (long long)train);
+        else
+            fprintf(stderr, "%s logits: refused: %s holds %lld positions; the context size is %lld (%s)\n", nf_progname,
+                    tokens, (long long)n, (long long)(ctx > 0 ? ctx : train),
+                    ctx > 0 ? "--ctx" : "the model's context length");
+        nf_model_free(m);
+        free(ids);
+        return 2;
+    }
     int rc = 1;
     nf_backend *be = NULL;
 #ifdef NF_CUDA
@@ -139,6 +162,7 @@ int nf_cmd_logits(int argc, char **argv) {
 #endif
         be = nf_cpu_backend_create(m, threads);
     nf_state *st = be ? nf_backend_state_create(be, n) : NULL;
+    if (st) nf_state_set_limit(st, ctx > 0 ? ctx : train);
     const int64_t V = m->hp.n_vocab;
     float *logits = malloc((size_t)n * V * sizeof(float));
     nf_topk_dump dump = {0}, *dp = NULL;

@@ -6,10 +6,12 @@
 #include "bench/bench.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench/bw_probe.h"
+#include "bench/mem_budget.h"
 #include "bench/byte_model.h"
 #include "bench/run_env.h"
 #include "bench/sweep.h"
@@ -207,12 +209,37 @@ int nf_bench_run(const nf_bench_opts *o) {
         say(REFUSED, msg);
         goto out;
     }
-    if (!m && !cuda) { /* every value on the host: refuse a model that cannot fit rather than be killed later */
-        double need = synth_bytes(&hp, recipe), avail = host_mem_available();
-        if (need > 0 && avail > 0 && need > avail) {
-            snprintf(msg, sizeof msg, "synthetic %s needs %.1f GB of host memory for the CPU backend; %.1f GB are "
-                     "available (--backend cuda makes the large tensors on the GPU)", o->synthetic, need / 1e9,
-                     avail / 1e9);
+    /* memory, before anything is made (mem_budget.h): refuse a run that cannot fit rather than fail or be killed
+     * partway */
+    nf_bench_mem budget;
+    double mem_avail = 0;
+    const char *mem_where = cuda ? "free on the GPU" : "available in host memory (MemAvailable)";
+    {
+        double weights = 0;
+        if (!m) weights = synth_bytes(&hp, recipe);
+        else if (cuda) { /* a GGUF is uploaded whole: its size bounds the weights */
+            struct stat sb;
+            if (stat(o->model_path, &sb) == 0) weights = (double)sb.st_size;
+        } /* a GGUF on the CPU is mapped: page cache, not counted */
+#ifdef NF_CUDA
+        if (cuda) {
+            size_t fr = 0, tot = 0;
+            if (nf_cuda_mem_info(0, &fr, &tot) < 0) {
+                say(REFUSED, nf_error());
+                goto out;
+            }
+            mem_avail = (double)fr;
+        }
+#endif
+        if (!cuda) mem_avail = host_mem_available();
+        nf_bench_mem_plan(&hp, weights, cap, o->fill == NF_BENCH_FILL_SYNTHETIC ? 0 : last,
+                          cuda ? (double)(2ull << 30) : 0, &budget);
+        if (mem_avail > 0 && nf_bench_mem_check(&budget, cap, mem_avail, mem_where, msg, sizeof msg) < 0) {
+            if (!m && !cuda) {
+                size_t k = strlen(msg);
+                snprintf(msg + k, sizeof msg - k,
+                         " (--backend cuda makes the large tensors of synthetic %s on the GPU)", o->synthetic);
+            }
             say(REFUSED, msg);
             goto out;
         }
@@ -257,6 +284,9 @@ int nf_bench_run(const nf_bench_opts *o) {
 
     describe_model(m, o, line, sizeof line);
     fprintf(stderr, "nf-bench: model %s\n", line);
+    fprintf(stderr, "nf-bench: memory budget %.2f GB (weights %.2f + state %.2f for %lld tokens + snapshot %.2f + "
+            "headroom %.2f) of %.2f GB %s\n", budget.total / 1e9, budget.weights / 1e9, budget.state / 1e9,
+            (long long)cap, budget.snapshot / 1e9, budget.headroom / 1e9, mem_avail / 1e9, mem_where);
     fprintf(stderr, "nf-bench: sequence %s: %lld tokens, the first %lld used\n", seq_desc, (long long)seq.n,
             (long long)last);
     fprintf(stderr, "nf-bench: sweep");

@@ -42,6 +42,12 @@ extern "C" size_t nf_cuda_l2_bytes(int device) {
     return (size_t)l2;
 }
 
+extern "C" int nf_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
+    CU_OK(cudaSetDevice(device));
+    CU_OK(cudaMemGetInfo(free_bytes, total_bytes));
+    return 0;
+}
+
 extern "C" int nf_cuda_device_sync(int device) {
     CU_OK(cudaSetDevice(device));
     CU_OK(cudaDeviceSynchronize());

@@ -16,6 +16,8 @@ extern "C" {
 int nf_cuda_describe(int device, char *buf, size_t n);
 /* L2 size of the device in bytes (0 when unknown). */
 size_t nf_cuda_l2_bytes(int device);
+/* Free and total memory of the device in bytes (nf-bench's budget check, before anything is allocated). 0 or -1. */
+int nf_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
 /* Wait for all work on the device (every stream). 0 or -1 with nf_error(). */
 int nf_cuda_device_sync(int device);
 /* Stream `bytes` of device memory through a read kernel `passes` times after warm-up launches, each launch timed

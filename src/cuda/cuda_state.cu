@@ -152,8 +152,7 @@ static void h_reset(nf_state *st) {
 static int h_reserve(nf_state *st, int64_t n) {
     if (n <= st->cap) return 0;
     cudaStream_t s = stream_of(st);
-    int64_t cap = st->cap;
-    while (cap < n) cap *= 2;
+    const int64_t cap = nf_state_grown_cap(st, n);
     for (int l = 0; l < st->n_layer; l++) {
         nf_layer_state *L = &st->L[l];
         if (L->kind != NF_LAYER_MLA) continue;
@@ -162,7 +161,16 @@ static int h_reserve(nf_state *st, int64_t n) {
         if (!lat || !pk) {
             dfree(s, lat);
             dfree(s, pk);
-            return nf_fail("cuda state: out of device memory growing the caches to %lld tokens", (long long)cap);
+            size_t free_b = 0, total_b = 0;
+            cudaMemGetInfo(&free_b, &total_b);
+            int n_mla = 0;
+            for (int k = 0; k < st->n_layer; k++) n_mla += st->L[k].kind == NF_LAYER_MLA;
+            const double need =
+                (double)n_mla * ((double)cap * st->kv_lora + (double)pool_cap(st, cap) * st->idx_hd) * sizeof(float);
+            return nf_fail("cuda state: out of device memory growing the caches to %lld tokens (%.2f GB of latent rows "
+                           "and pooled keys, allocated beside the current %lld-token caches while they are copied; "
+                           "%.2f GB free of %.2f GB)", (long long)cap, need / 1e9, (long long)st->cap, free_b / 1e9,
+                           total_b / 1e9);
         }
         NF_CU(cudaMemcpyAsync(lat, L->latent, (size_t)st->pos * st->kv_lora * sizeof(float), cudaMemcpyDeviceToDevice, s));
         NF_CU(cudaMemcpyAsync(pk, L->pool_key, (size_t)(st->pos / st->kpool) * st->idx_hd * sizeof(float),

@@ -191,6 +191,12 @@ nf_session *nf_session_create(const char *path, const nf_session_opts *opts) {
     nf_session_opts o = opts ? *opts : nf_session_opts_default();
     nf_model *m = nf_model_load(path);
     if (!m) return NULL;
+    if (o.n_ctx > 0 && m->hp.n_ctx_train > 0 && o.n_ctx > m->hp.n_ctx_train) { /* before any backend memory */
+        nf_fail("context size %lld exceeds the model's context length %d (--ctx at most %d)", (long long)o.n_ctx,
+                m->hp.n_ctx_train, m->hp.n_ctx_train);
+        nf_model_free(m);
+        return NULL;
+    }
     nf_session *s = nf_xcalloc(1, sizeof *s);
     s->m = m;
     s->n_vocab = m->hp.n_vocab;
@@ -212,6 +218,7 @@ nf_session *nf_session_create(const char *path, const nf_session_opts *opts) {
     s->max_ck = o.max_checkpoints > 0 ? o.max_checkpoints : 8;
     s->st = nf_backend_state_create(s->be, s->n_ctx < 1024 ? s->n_ctx : 1024); /* device state on a GPU backend */
     if (!s->st) goto fail;
+    nf_state_set_limit(s->st, s->n_ctx); /* a forward past --ctx is refused by the state itself */
     s->logits = nf_xmalloc((size_t)s->n_vocab * sizeof(float));
     s->sp = o.sampler;
     s->smp = nf_sampler_new(&s->sp, (int32_t)s->n_vocab);

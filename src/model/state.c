@@ -82,23 +82,44 @@ void nf_state_reset(nf_state *st) {
     }
 }
 
-int nf_state_reserve(nf_state *st, int64_t n) {
-    if (st->hooks) return st->hooks->reserve(st, n);
-    if (n <= st->cap) return 0;
+void nf_state_set_limit(nf_state *st, int64_t limit) { st->limit = limit > 0 ? limit : 0; }
+
+int64_t nf_state_grown_cap(const nf_state *st, int64_t n) {
     int64_t cap = st->cap;
     while (cap < n) cap *= 2;
+    if (st->limit > 0 && cap > st->limit) cap = st->limit > n ? st->limit : n;
+    return cap;
+}
+
+/* bytes of the MLA caches at capacity cap, over all layers */
+static double cache_bytes(const nf_state *st, int64_t cap) {
+    int n_mla = 0;
+    for (int l = 0; l < st->n_layer; l++) n_mla += st->L[l].kind == NF_LAYER_MLA;
+    return (double)n_mla * ((double)cap * st->kv_lora + (double)pool_cap(st, cap) * st->idx_hd) * sizeof(float);
+}
+
+int nf_state_reserve(nf_state *st, int64_t n) {
+    if (st->limit > 0 && n > st->limit)
+        return nf_fail("state: %lld tokens exceed the context size of %lld tokens (--ctx)", (long long)n,
+                       (long long)st->limit);
+    if (st->hooks) return st->hooks->reserve(st, n);
+    if (n <= st->cap) return 0;
+    const int64_t cap = nf_state_grown_cap(st, n);
     for (int l = 0; l < st->n_layer; l++) {
         nf_layer_state *L = &st->L[l];
         if (L->kind != NF_LAYER_MLA) continue;
         float *lat = realloc(L->latent, (size_t)cap * st->kv_lora * sizeof(float));
-        if (!lat) return nf_fail("state: out of memory growing the latent cache to %lld tokens", (long long)cap);
+        if (!lat) goto oom;
         L->latent = lat;
         float *pk = realloc(L->pool_key, (size_t)pool_cap(st, cap) * st->idx_hd * sizeof(float));
-        if (!pk) return nf_fail("state: out of memory growing the indexer cache to %lld tokens", (long long)cap);
+        if (!pk) goto oom;
         L->pool_key = pk;
     }
     st->cap = cap;
     return 0;
+oom:
+    return nf_fail("state: out of memory growing the caches to %lld tokens (%.2f GB of latent rows and pooled keys)",
+                   (long long)cap, cache_bytes(st, cap) / 1e9);
 }
 
 int nf_state_restore(nf_state *dst, const nf_state *src) {

@@ -65,6 +65,7 @@ typedef struct nf_state {
     int n_layer;
     int64_t pos;            /* tokens consumed */
     int64_t cap;            /* allocated token capacity of the MLA caches (grows on demand) */
+    int64_t limit;          /* the most tokens the caches may ever hold (the context size, --ctx); 0: none */
     /* dims copied from the hyperparameters */
     int conv_rows, conv_width, kda_heads, kda_hd, kv_lora, idx_hd, kpool;
     nf_layer_state *L;
@@ -86,8 +87,15 @@ nf_state *nf_state_create(const nf_hparams *hp, int64_t cap);
 void nf_state_free(nf_state *st);
 /* Back to position 0 (zeroes the fixed-size arrays). */
 void nf_state_reset(nf_state *st);
-/* Make room for `n` tokens in total in the MLA caches. 0 or -1. */
+/* Make room for `n` tokens in total in the MLA caches (growth doubles the capacity, clamped to the limit).
+ * 0, or -1 with nf_error(): n beyond the state's limit (nothing allocated), or out of (device) memory, the bytes
+ * named. */
 int nf_state_reserve(nf_state *st, int64_t n);
+/* Set the context limit (0: none): every later reserve, and so every forward, beyond it is refused. */
+void nf_state_set_limit(nf_state *st, int64_t limit);
+/* The capacity a reserve of n tokens grows st to: doubled from st->cap until it holds n, clamped to the limit
+ * (for the hooks' reserve). */
+int64_t nf_state_grown_cap(const nf_state *st, int64_t n);
 
 /* Deep copies. nf_state_snapshot returns a new state equal to st; nf_state_restore copies src into dst
  * (same model). */

@@ -306,6 +306,8 @@ static enum MHD_Result post_inference(nf_server *s, struct MHD_Connection *c, co
                        (long long)s->o.n_ctx, p.n);
             snprintf(e.code, sizeof e.code, "context_length_exceeded");
         }
+        e.n_prompt_tokens = (int64_t)p.n;
+        e.n_ctx = s->o.n_ctx;
         nf_srv_prompt_free(&p);
         nf_req_free(&req);
         return send_error(s, c, cc->api, &e);

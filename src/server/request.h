@@ -31,6 +31,9 @@ typedef struct {
     char code[40];
     char param[160];
     char message[600];
+    /* a context overflow (both > 0): the prompt's tokens and the context size, added to the error object as
+     * n_prompt_tokens and n_ctx (server spec: overflow is rejected with both) */
+    int64_t n_prompt_tokens, n_ctx;
 } nf_srv_error;
 
 int nf_srv_err(nf_srv_error *e, int status, const char *type, const char *param, const char *fmt, ...)

@@ -132,6 +132,11 @@ char *nf_error_json(nf_api api, const nf_srv_error *e) {
                       e->param[0] ? json_string(e->param) : json_null(), "code",
                       e->code[0] ? json_string(e->code) : json_null());
     }
+    if (e->n_prompt_tokens > 0 && e->n_ctx > 0) {
+        json_t *err = json_object_get(o, "error");
+        json_object_set_new(err, "n_prompt_tokens", json_integer((json_int_t)e->n_prompt_tokens));
+        json_object_set_new(err, "n_ctx", json_integer((json_int_t)e->n_ctx));
+    }
     char *s = nf_json_compact(o);
     json_decref(o);
     return s;

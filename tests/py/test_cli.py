@@ -167,8 +167,8 @@ class Pty:
 
 
 def test_chat_ctrl_c_stops_generation_and_keeps_the_conversation(model):
-    # --ignore-stop -n 0: the answer runs until interrupted
-    p = Pty([NF, "chat", "-m", model, "-n", "0", "--ignore-stop", "-c", "50000000", "-t", "1", "--seed", "1"])
+    # --ignore-stop -n 0: the answer runs until interrupted (-c 4096: the model's context length; more is refused)
+    p = Pty([NF, "chat", "-m", model, "-n", "0", "--ignore-stop", "-c", "4096", "-t", "1", "--seed", "1"])
     try:
         assert p.read_until(b"> "), p.buf
         mark = len(p.buf)

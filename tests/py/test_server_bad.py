@@ -132,6 +132,9 @@ def test_bad_request(srv, name, path, body, status, needle):
     assert needle in msg, msg
     if name == "too-long-openai":
         assert err["error"]["code"] == "context_length_exceeded"
+    if name.startswith("too-long"):   # server spec: the overflow names both numbers
+        assert err["error"]["n_ctx"] == srv.n_ctx == 512
+        assert err["error"]["n_prompt_tokens"] >= 512 and str(err["error"]["n_prompt_tokens"]) in msg
 
 
 def test_bad_count(srv):
