@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bench/bw_probe.h"
+#include "bench/flop_model.h"
 #include "bench/mem_budget.h"
 #include "bench/byte_model.h"
 #include "bench/run_env.h"
@@ -341,6 +342,23 @@ int nf_bench_run(const nf_bench_opts *o) {
     }
     fprintf(stderr, "nf-bench: %s\n", line);
     c.probe_gbps = bw.gbps;
+#ifdef NF_CUDA
+    if (cuda) { /* the tensor-core ceiling prefill_ceiling_fraction compares with (cuda_bench.h) */
+        double tc_best = 0;
+        if (nf_cuda_gemm_ceiling(0, 8192, 9, &c.tc_tflops, &tc_best) < 0) {
+            say(FAILED, nf_error());
+            goto out;
+        }
+        fprintf(stderr, "nf-bench: GEMM ceiling: %.1f TFLOPS (median of 9 calls, best %.1f): the project's bf16 "
+                "tensor-core GEMM (cuda_gemm.cu) on 8192x8192 bf16 weights x 8192 vectors\n", c.tc_tflops, tc_best);
+    }
+#endif
+    {
+        double params = 0;
+        if (nf_active_matrix_params(&hp, &params) == 0)
+            fprintf(stderr, "nf-bench: prefill FLOPs/token = 2 x %.4g active matrix parameters + attention, indexer "
+                    "and KDA work at the depth (docs/performance.md)\n", params);
+    }
 
     nf_bench_csv_header(c.csv);
     if (nf_bench_sweep_frontiers(&c) < 0) {

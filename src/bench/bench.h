@@ -94,6 +94,8 @@ typedef struct {
     int64_t spec_serial_tokens; /* tokens fed without verification (admission said no, or no draft) */
     int64_t spec_parks;         /* times the admission controller parked speculation */
     nf_bench_fill fill;         /* NF_BENCH_FILL_SYNTHETIC: prefill_tokens, prefill_tps and prefill_s are empty */
+    /* prefill against the tensor-core ceiling (flop_model.h; NaN = empty: the CPU backend, or a filled row) */
+    double prefill_tflops, tc_ceiling_tflops, prefill_ceiling_fraction;
 } nf_bench_row;
 
 void nf_bench_csv_header(FILE *f);

@@ -5,11 +5,13 @@
  * synchronisation of its own (each step's logits copy to the host is the backend's, and the argmax needs it). */
 #include "bench/sweep.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "bench/byte_model.h"
+#include "bench/flop_model.h"
 #include "bench/probe.h"
 #include "bench/step_dump.h"
 #include "model/forward.h"
@@ -268,6 +270,15 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
         probe_bytes(hp, weights, to, G, &r);
         r.decode_gbps = r.bytes_per_token * r.gen_tps / 1e9;
         r.probe_gbps = c->probe_gbps;
+        r.prefill_tflops = r.tc_ceiling_tflops = r.prefill_ceiling_fraction = NAN;
+        if (c->tc_tflops > 0) {
+            nf_prefill_flops fl;
+            r.tc_ceiling_tflops = c->tc_tflops;
+            if (!filling && nf_prefill_flops_span(hp, from, to, &fl) == 0) {
+                r.prefill_tflops = nf_prefill_flops_total(&fl) / r.prefill_s / 1e12;
+                r.prefill_ceiling_fraction = r.prefill_tflops / c->tc_tflops;
+            }
+        }
         r.bw_fraction = c->probe_gbps > 0 ? r.decode_gbps / c->probe_gbps : 0;
         r.gen_ids_hash = nf_ids_fnv64(NF_FNV64_INIT, p.ids, (size_t)G);
         if (c->spec) spec_columns(c->spec, &r);
@@ -292,6 +303,10 @@ int nf_bench_sweep_frontiers(nf_bench_ctx *c) {
         }
         char pre[160];
         if (filling) snprintf(pre, sizeof pre, "state filled, not prefilled (synthetic, untimed: %.3f s)", fill_s);
+        else if (isfinite(r.prefill_tflops))
+            snprintf(pre, sizeof pre, "prefill %lld tokens in %.3f s (%.1f t/s, %.1f TFLOPS = %.3f of the GEMM ceiling)",
+                     (long long)r.prefill_tokens, r.prefill_s, r.prefill_tps, r.prefill_tflops,
+                     r.prefill_ceiling_fraction);
         else snprintf(pre, sizeof pre, "prefill %lld tokens in %.3f s (%.1f t/s)", (long long)r.prefill_tokens,
                       r.prefill_s, r.prefill_tps);
         fprintf(stderr,

@@ -17,6 +17,7 @@ typedef struct {
     int64_t n_ids;
     int64_t cap;                /* state capacity */
     double probe_gbps;
+    double tc_tflops;           /* the GEMM ceiling measured before the sweep (0: none, the CPU backend) */
     FILE *csv, *dump;
     nf_spec *spec;              /* the speculative decoder of the probe (--draft), or NULL: serial */
 } nf_bench_ctx;

@@ -6,9 +6,14 @@
  * into one value that is written only when it equals an impossible sentinel, so the loads stay live and the
  * kernel writes (almost) nothing. Each launch is timed with its own pair of events; the median launch is the
  * figure (robust to one slow launch), the fastest is reported beside it. nf_cuda_read_launch issues the same
- * kernel over any window, for micro-benchmarks that time a read of exactly what a kernel under test reads. */
+ * kernel over any window, for micro-benchmarks that time a read of exactly what a kernel under test reads.
+ *
+ * The GEMM ceiling runs the project's own prefill GEMM (cuda_gemm.cu) on a large square bf16 problem, where it is
+ * compute-bound: the best the prefill's products can do on this GPU with this kernel. */
 extern "C" {
 #include "cuda/cuda_bench.h"
+#include "cuda/cuda_gemm.h"
+#include "formats/formats.h"
 #include "util/error.h"
 }
 
@@ -137,5 +142,60 @@ done:
     free(gbps);
     if (buf) cudaFree(buf);
     if (sink) cudaFree(sink);
+    return rc;
+}
+
+extern "C" int nf_cuda_gemm_ceiling(int device, int n, int passes, double *tflops, double *best) {
+    if (passes < 1) passes = 1;
+    if (n < 256 || n % 256) return nf_fail("gemm ceiling: n = %d (a multiple of 256 expected)", n);
+    CU_OK(cudaSetDevice(device));
+    void *w = nullptr;
+    float *x = nullptr, *y = nullptr;
+    cudaStream_t s = nullptr;
+    cudaEvent_t ev[2] = {nullptr, nullptr};
+    double *t = (double *)nf_xmalloc((size_t)passes * sizeof *t);
+    const size_t nn = (size_t)n * n;
+    const nf_gemm_weights gw = {nullptr, NF_TYPE_BF16, n, n, 1, (size_t)n * 2, nn * 2};
+    nf_gemm_weights g = gw;
+    int rc = -1;
+    cudaError_t e;
+    if ((e = cudaMalloc(&w, nn * 2)) != cudaSuccess || (e = cudaMalloc((void **)&x, nn * 4)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&y, nn * 4)) != cudaSuccess || (e = cudaStreamCreate(&s)) != cudaSuccess ||
+        (e = cudaEventCreate(&ev[0])) != cudaSuccess || (e = cudaEventCreate(&ev[1])) != cudaSuccess)
+        goto cuda_fail;
+    /* 0x3c bytes: bf16 0x3c3c and f32 0x3c3c3c3c are small finite normals (no denormal or zero fast paths) */
+    if ((e = cudaMemset(w, 0x3c, nn * 2)) != cudaSuccess || (e = cudaMemset(x, 0x3c, nn * 4)) != cudaSuccess)
+        goto cuda_fail;
+    g.w = w;
+    for (int k = -2; k < passes; k++) {
+        if (k >= 0) cudaEventRecord(ev[0], s);
+        const int r = nf_cuda_gemm(&g, x, n, 1, 1, nullptr, y, n, n, NF_GEMM_BF16, s);
+        if (r != 0) {
+            if (r > 0) nf_fail("gemm ceiling: the GEMM does not take a %dx%d bf16 product", n, n);
+            goto done;
+        }
+        if (k < 0) continue;
+        cudaEventRecord(ev[1], s);
+        if ((e = cudaEventSynchronize(ev[1])) != cudaSuccess) goto cuda_fail;
+        float ms = 0;
+        if ((e = cudaEventElapsedTime(&ms, ev[0], ev[1])) != cudaSuccess) goto cuda_fail;
+        t[k] = 2.0 * (double)n * n * n / (ms * 1e-3) / 1e12;
+    }
+    if ((e = cudaGetLastError()) != cudaSuccess) goto cuda_fail;
+    qsort(t, (size_t)passes, sizeof *t, cmp_double);
+    *tflops = t[passes / 2];
+    *best = t[passes - 1];
+    rc = 0;
+    goto done;
+cuda_fail:
+    nf_fail("gemm ceiling: %s", cudaGetErrorString(e));
+done:
+    free(t);
+    for (int k = 0; k < 2; k++)
+        if (ev[k]) cudaEventDestroy(ev[k]);
+    if (s) cudaStreamDestroy(s);
+    if (w) cudaFree(w);
+    if (x) cudaFree(x);
+    if (y) cudaFree(y);
     return rc;
 }

@@ -29,7 +29,7 @@ MODEL = ROOT / "models" / "tiny" / "nf-tiny-bf16.gguf"
 TEXT = ROOT / "tests" / "data" / "tiny" / "text.txt"
 EXTRA = ["gen_first_ms", "gen_all_tps", "probe_gbps", "weight_bytes", "state_read_bytes", "prefill_s", "draft",
          "spec_cycles", "accept_len", "commits_per_cycle", "draft_tokens", "accepted_tokens", "spec_serial_tokens",
-         "spec_parks", "fill"]
+         "spec_parks", "fill", "prefill_tflops", "tc_ceiling_tflops", "prefill_ceiling_fraction"]
 QUICK = ["-t", "2", "--probe-mib", "8", "--warmup", "4", "--chunk", "32"]
 EOS = 8128
 
@@ -93,6 +93,8 @@ def test_csv_contract_columns_rows_and_log(tmp_path):
         assert float(r["decode_gbps"]) == pytest.approx(bpt * tps / 1e9, abs=1.5e-3)
         assert float(r["bw_fraction"]) == pytest.approx(float(r["decode_gbps"]) / float(r["probe_gbps"]), rel=5e-3)
         assert float(r["weight_bytes"]) + float(r["state_read_bytes"]) == pytest.approx(bpt, abs=1)
+        # the tensor-core ceiling is a GPU measurement: empty on the CPU backend
+        assert r["prefill_tflops"] == r["tc_ceiling_tflops"] == r["prefill_ceiling_fraction"] == ""
     for what in ("nf-bench: build commit=", "cflags=", "nf-bench: device cpu", "nf-bench: nvidia driver",
                  "CPU read probe"):
         assert what in p.stderr, what
