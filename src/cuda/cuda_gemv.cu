@@ -11,8 +11,7 @@
  * of R rows from shared memory, decodes it in registers and accumulates R partial sums; a warp reduces them by a
  * transposing butterfly (one row per lane group), the warps of a row group add theirs in a fixed order. A
  * persistent grid (one wave of CTAs) takes batches round-robin; a job of several vectors/matrices is one launch
- * with blockIdx.y = problem. A format with lookup tables (IQ2_XXS: grid and sign words, fmt_tab) keeps them at the
- * start of the dynamic shared memory in 16 lane-private copies, so that its random lookups are free of bank conflicts.
+ * with blockIdx.y = problem.
  * The per-row summation order depends only on (format, row length), not on the grid, batch size or nvec.
  *
  * Arithmetic (why it is dequantize-then-dot): every dequantized weight of these formats is a block scale times a
@@ -54,7 +53,7 @@ int nf_fail(const char *fmt, ...);
 #define GEMV_MAX_THREADS 512       /* per CTA (launch bound: up to 128 registers per thread) */
 #define GEMV_STAGE_MAX 65536       /* largest batch: one row group of one row must fit (with 3 stages) */
 #define GEMV_FLIGHT_GOAL 196608    /* bytes in flight per SM that cover HBM latency at full bandwidth */
-#define GEMV_RED_FLOATS ((GEMV_MAX_THREADS / 32) * 8) /* per-warp row sums in shared memory */
+#define GEMV_TABLE_BYTES 2176      /* IQ2_XXS grid (2048) + signs (128), copied to shared memory per CTA */
 
 __device__ uint64_t g_iq2_grid[256];
 __device__ uint8_t g_iq2_signs[128];
@@ -405,43 +404,22 @@ template <> struct unit<NF_TYPE_Q2_K> {
     }
 };
 
-/* Per-format lookup tables the streaming kernel keeps in shared memory (BYTES, at the start of its dynamic shared
- * memory) and the CTA size it prefers (a table is filled once per CTA, so formats with one take larger CTAs). */
-template <int TY> struct fmt_tab {
-    static constexpr int BYTES = 0, CTA = 256;
-};
-/* IQ2_XXS: grid entry e (8 magnitude bytes) and sign pattern s (as the two prmt sign words, below), each stored in
- * 16 copies, entry-major: copy c of entry e at (16e + c) * 8. Lane l reads copy l % 16 only, so the 16 lanes of a
- * half-warp 8-byte access always hit 16 different bank pairs: the random grid/sign lookups of a warp cost the
- * minimum 2 wavefronts instead of ~3x that with one copy (a lookup per 8 weights; the bank conflicts of the
- * single-copy table dominated the shared-memory traffic of this format). */
-#define IQ2_SIGN_OFF 32768
-template <> struct fmt_tab<NF_TYPE_IQ2_XXS> {
-    static constexpr int BYTES = 32768 + 16384, CTA = 512;
-};
-/* the 8-bit sign pattern s of 8 weights as two words whose byte k has bit 7 = bit k (low 4) / bit k + 4 (high 4):
- * the multiply moves bit c to bit 8c + 7 (the other partial products land on no byte's bit 7) */
-__device__ __forceinline__ uint32_t sign_word(uint32_t s4) { return (s4 * 0x10204080u) & 0x80808080u; }
-
 template <> struct unit<NF_TYPE_IQ2_XXS> {
     /* block u/8 (66 bytes: f16 d, 8 groups of 8 bytes), group g = u%8 (values 32g .. 32g+31): a u32 of four grid
      * indices, a u32 of four 7-bit sign indices (top 4 bits: scale s, db = d * (0.5 + s) / 4). A value is the
      * denormal sign * grid byte * 2^-149, built by one prmt: grid byte (8, 25 or 43) into byte 0, zeros (the
      * replicated sign of that byte) into bytes 1 and 2, the weight's byte of a sign word (0x80 or 0) into byte 3.
-     * Grid bytes and sign words come from the shared-memory tables of fmt_tab (one 8-byte load each per 8 weights,
-     * addressed by one shift and one and-or). */
+     * The sign words come from the 8-bit sign pattern by one multiply per 4 weights (bit c to bit 8c+7). */
     static constexpr int COLS = 32;
     float X[32];
     float pw0, pw1;
     int blk, base, sh;
-    uint32_t loff; /* this lane's table copy: (lane % 16) * 8 */
     __device__ void init(const float *x, int u, int) {
         const int b = u >> 3, g = u & 7;
         const int odd = !(b & 1); /* group bytes start at 66b + 2 + 8g: 4-aligned for odd b */
         sh = 16 * odd;
         blk = 66 * b;
         base = blk + 2 + 8 * g - 2 * odd;
-        loff = (uint32_t)(u & 15) << 3;
         const float *xs = x + 256 * b + 32 * g;
         float amax = 0.f;
 #pragma unroll
@@ -452,32 +430,24 @@ template <> struct unit<NF_TYPE_IQ2_XXS> {
 #pragma unroll
         for (int i = 0; i < 32; i++) X[i] = ldexp2(xs[i], 149 - E);
     }
-    /* fill the tables of fmt_tab (every thread of the CTA; a __syncthreads follows before any dot) */
-    static __device__ void fill(uint8_t *tab, int tid, int nthreads) {
-        for (int i = tid; i < 256 * 16; i += nthreads) ((uint2 *)tab)[i] = *(const uint2 *)&g_iq2_grid[i >> 4];
-        for (int i = tid; i < 128 * 16; i += nthreads) {
-            const uint32_t s = g_iq2_signs[i >> 4];
-            uint2 w;
-            w.x = sign_word(s & 0xFu);
-            w.y = sign_word(s >> 4);
-            ((uint2 *)(tab + IQ2_SIGN_OFF))[i] = w;
-        }
-    }
     __device__ float dot(const uint8_t *row, const uint8_t *tab) const {
         const uint8_t *p = row + base;
         const uint32_t idx = ld32_at(p, 0, sh), aux = ld32_at(p, 1, sh);
         const uint32_t dbits = *(const uint16_t *)(row + blk);
+        const uint64_t *grid = (const uint64_t *)tab;
+        const uint8_t *signs = tab + 2048;
         float acc[4];
 #pragma unroll
         for (int l = 0; l < 4; l++) {
-            const uint2 gv = *(const uint2 *)(tab + ((((idx >> (8 * l)) & 0xFFu) << 7) | loff));
-            const uint2 sv = *(const uint2 *)(tab + IQ2_SIGN_OFF + ((((aux >> (7 * l)) & 127u) << 7) | loff));
+            const uint2 gv = *(const uint2 *)(grid + __byte_perm(idx, 0, 0x4440 + l));
+            const uint32_t s = signs[(aux >> (7 * l)) & 127];
+            const uint32_t slo = ((s & 0xFu) * 0x10204080u) & 0x80808080u, shi = ((s >> 4) * 0x10204080u) & 0x80808080u;
             float a = 0.f;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const uint32_t sel = k | ((8 | k) << 4) | ((8 | k) << 8) | ((4 + k) << 12);
-                a = fmaf(bits_f(prmt(gv.x, sv.x, sel)), X[8 * l + k], a);
-                a = fmaf(bits_f(prmt(gv.y, sv.y, sel)), X[8 * l + 4 + k], a);
+                a = fmaf(bits_f(prmt(gv.x, slo, sel)), X[8 * l + k], a);
+                a = fmaf(bits_f(prmt(gv.y, shi, sel)), X[8 * l + 4 + k], a);
             }
             acc[l] = a;
         }
@@ -530,10 +500,9 @@ template <int R> __device__ __forceinline__ float warp_rows(float (&a)[R], int l
 template <int TY, int R>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_params p) {
     extern __shared__ float sh[];
-    /* dynamic shared memory: the format's tables, the per-warp row sums [warps][R], the stages */
-    uint8_t *tab = (uint8_t *)sh;
-    float *red = (float *)(tab + fmt_tab<TY>::BYTES);
-    uint8_t *stage = (uint8_t *)(red + GEMV_RED_FLOATS);
+    uint8_t *stage = (uint8_t *)sh;
+    float *red = (float *)(stage + (size_t)p.nst * p.stage_bytes); /* [warps][R] */
+    uint8_t *tab = (uint8_t *)(red + (GEMV_MAX_THREADS / 32) * 8);
     const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
     const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
     const int slice = p.ids ? p.ids[v] : v % p.smod;
@@ -556,7 +525,10 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
     const int nst = p.nst;
     for (int i = 0; i < nst - 1; i++) issue(b0 + i * bstep, i);
 
-    if constexpr (fmt_tab<TY>::BYTES > 0) unit<TY>::fill(tab, tid, nthreads);
+    if constexpr (TY == NF_TYPE_IQ2_XXS) {
+        for (int i = tid; i < 256; i += nthreads) ((uint64_t *)tab)[i] = g_iq2_grid[i];
+        for (int i = tid; i < 128; i += nthreads) tab[2048 + i] = g_iq2_signs[i];
+    }
     const int g = tid / p.tpr, u = tid % p.tpr;
     const bool active = u < p.units;
     unit<TY> U;
@@ -712,10 +684,9 @@ typedef void (*stream_fn)(const gemv_params);
 struct stream_kernels {
     uint32_t type;
     int cols;                 /* per unit */
-    int table, cta;           /* fmt_tab: table bytes, preferred CTA size */
     stream_fn k[4];           /* R = 1, 2, 4, 8 */
 };
-#define KSET(T) {T, unit<T>::COLS, fmt_tab<T>::BYTES, fmt_tab<T>::CTA, {gemv_stream<T, 1>, gemv_stream<T, 2>, gemv_stream<T, 4>, gemv_stream<T, 8>}}
+#define KSET(T) {T, unit<T>::COLS, {gemv_stream<T, 1>, gemv_stream<T, 2>, gemv_stream<T, 4>, gemv_stream<T, 8>}}
 static const stream_kernels k_stream[] = {KSET(NF_TYPE_F32),  KSET(NF_TYPE_F16),  KSET(NF_TYPE_BF16),
                                           KSET(NF_TYPE_Q8_0), KSET(NF_TYPE_Q4_K), KSET(NF_TYPE_Q6_K),
                                           KSET(NF_TYPE_Q2_K), KSET(NF_TYPE_IQ2_XXS)};
@@ -784,8 +755,8 @@ struct stream_plan {
     size_t stage, smem;
     stream_fn k;
 };
-static size_t stream_smem(const stream_kernels *ks, int nst, size_t stage) {
-    return (size_t)ks->table + GEMV_RED_FLOATS * sizeof(float) + (size_t)nst * stage;
+static size_t stream_smem(int nst, size_t stage) {
+    return (size_t)nst * stage + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float) + GEMV_TABLE_BYTES;
 }
 static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     const stream_kernels *ks = kernels_of(j->type);
@@ -795,7 +766,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     pl->units = (int)(j->cols / ks->cols);
     if (pl->units > GEMV_MAX_THREADS) return 0;
     pl->tpr = (pl->units + 31) / 32 * 32;
-    const int cta = g_cta_override ? g_cta_override : ks->cta;
+    const int cta = g_cta_override ? g_cta_override : 256;
     pl->G = pl->tpr >= cta ? 1 : cta / pl->tpr;
     pl->threads = pl->G * pl->tpr;
     if ((size_t)pl->G * rb > GEMV_STAGE_MAX) return 0;
@@ -822,7 +793,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
         for (int ri = 0; ri < 4 && (1 << ri) <= rmax; ri++) {
             const size_t stage = (size_t)pl->G * (1 << ri) * rb;
             for (int nst = 3; nst <= GEMV_MAX_STAGES; nst++) {
-                const size_t smem = stream_smem(ks, nst, stage);
+                const size_t smem = stream_smem(nst, stage);
                 if (g_smem_optin > 0 && smem > (size_t)g_smem_optin) break;
                 int ctas = 0;
                 if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, ks->k[ri], pl->threads, smem) != cudaSuccess) {
@@ -855,7 +826,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     }
 planned:
     pl->stage = (size_t)pl->G * pl->R * rb;
-    pl->smem = stream_smem(ks, pl->nst, pl->stage);
+    pl->smem = stream_smem(pl->nst, pl->stage);
     pl->k = ks->k[pl->R == 1 ? 0 : pl->R == 2 ? 1 : pl->R == 4 ? 2 : 3];
     return 1;
 }
