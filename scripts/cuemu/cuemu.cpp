@@ -46,6 +46,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t) { return 0; }
 cudaError_t cudaGraphDestroy(cudaGraph_t) { return 0; }
 /* kernels run when launched here, so a "recording" already ran: update always succeeds, launching does nothing */
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t, cudaGraph_t, cudaGraphExecUpdateResultInfo *) { return 0; }
+cudaError_t cudaGraphGetNodes(cudaGraph_t, cudaGraphNode_t *, size_t *count) { *count = 1; return 0; }
 /* an emulated device of 16 GiB, all free: big enough for the small models, too small for the glm53 sizes */
 cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { *f = *t = (size_t)16 << 30; return 0; }
 }

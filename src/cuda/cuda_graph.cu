@@ -28,9 +28,9 @@ enum { CACHE_SLOTS = 6 };
 
 struct nf_cuda_graph_cache {
     cudaGraphExec_t exec[CACHE_SLOTS];
+    size_t nodes[CACHE_SLOTS];            /* node count of the recording each executable was made from */
     unsigned long long used[CACHE_SLOTS]; /* step counter at last use (LRU) */
     unsigned long long steps;
-    int last;                             /* slot that served the previous step */
     unsigned long long launched, instantiated, fallbacks;
 };
 
@@ -63,7 +63,6 @@ int nf_cuda_graph_begin(nf_backend *be) {
     if (!c->gcache) {
         c->gcache = (nf_cuda_graph_cache *)calloc(1, sizeof *c->gcache);
         if (!c->gcache) return nf_fail("cuda graphs: out of memory");
-        c->gcache->last = -1;
     }
     const size_t first = (size_t)16 << 20; /* a decode step of the full-size model needs a few MB */
     if (grow_arena(c, c->arena_need > first ? c->arena_need : first) < 0) return -1;
@@ -84,24 +83,28 @@ void nf_cuda_graph_abort(nf_backend *be) {
     c->capturing = 0;
 }
 
-/* The cached executable that takes g's parameters (the last one first), or a new one. -1 with nf_fail. */
+/* The cached executable that takes g's parameters, or a new one; -1 with nf_fail. Only an executable made from a
+ * recording with the same node count is offered the update (a cheap topology key: the variants of a step differ
+ * in kernels, e.g. a pool completing), so failed updates — which also count as API errors in compute-sanitizer —
+ * stay rare; one that still fails is replaced. */
 static int exec_for(nf_cuda_graph_cache *gc, cudaGraph_t g) {
-    int order[CACHE_SLOTS], n = 0;
-    if (gc->last >= 0) order[n++] = gc->last;
+    size_t count = 0;
+    if (cudaGraphGetNodes(g, nullptr, &count) != cudaSuccess) return nf_fail("cuda graphs: cannot count nodes");
+    int slot = -1;
     for (int i = 0; i < CACHE_SLOTS; i++)
-        if (i != gc->last && gc->exec[i]) order[n++] = i;
-    for (int k = 0; k < n; k++) {
-        cudaGraphExecUpdateResultInfo info;
-        if (cudaGraphExecUpdate(gc->exec[order[k]], g, &info) == cudaSuccess) return order[k];
-        cudaGetLastError(); /* a topology mismatch is not an error of the stream */
-    }
-    int slot = 0;
-    for (int i = 0; i < CACHE_SLOTS; i++) {
-        if (!gc->exec[i]) {
-            slot = i;
+        if (gc->exec[i] && gc->nodes[i] == count) {
+            cudaGraphExecUpdateResultInfo info;
+            if (cudaGraphExecUpdate(gc->exec[i], g, &info) == cudaSuccess) return i;
+            cudaGetLastError(); /* a topology mismatch is not an error of the stream */
+            slot = i;           /* same key, other topology: replace it */
             break;
         }
-        if (gc->used[i] < gc->used[slot]) slot = i;
+    for (int i = 0; slot < 0 && i < CACHE_SLOTS; i++)
+        if (!gc->exec[i]) slot = i;
+    if (slot < 0) {
+        slot = 0;
+        for (int i = 1; i < CACHE_SLOTS; i++)
+            if (gc->used[i] < gc->used[slot]) slot = i;
     }
     if (gc->exec[slot]) cudaGraphExecDestroy(gc->exec[slot]);
     gc->exec[slot] = nullptr;
@@ -110,6 +113,7 @@ static int exec_for(nf_cuda_graph_cache *gc, cudaGraph_t g) {
         gc->exec[slot] = nullptr;
         return nf_fail("cuda graphs: instantiate: %s", cudaGetErrorString(e));
     }
+    gc->nodes[slot] = count;
     gc->instantiated++;
     return slot;
 }
@@ -131,7 +135,6 @@ int nf_cuda_graph_end(nf_backend *be) {
     cudaGraphDestroy(g);
     if (slot < 0) return -1;
     gc->used[slot] = ++gc->steps;
-    gc->last = slot;
     NF_CU(cudaGraphLaunch(gc->exec[slot], c->stream));
     gc->launched++;
     return 0;

@@ -60,6 +60,8 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e);
 cudaError_t cudaGraphDestroy(cudaGraph_t g);
 typedef struct { int result; } cudaGraphExecUpdateResultInfo;
 cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecUpdateResultInfo *info);
+typedef void *cudaGraphNode_t;
+cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *count);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 #ifdef __cplusplus
 }
