@@ -270,8 +270,9 @@ __global__ void __launch_bounds__(256) mla_value_kernel(const float *__restrict_
  * kernel merges the ranges: M = max m_i, L = sum l_i e^(m_i - M), U = sum acc_i e^(m_i - M) / L. The summation
  * order differs from the tiled path (results agree to f32 rounding, tests/gpu/test_attn.c), so decode is no
  * longer bit-identical to prefill: within 1e-5 relative, as the spec allows. */
-#define MD_ROWS 64
+#define MD_ROWS 32  /* selected rows per CTA: 65 ranges x 8 head groups = 520 CTAs for one token at the release dims */
 #define MD_HEADS 8
+#define MD_BATCH 4  /* rows whose loads a warp keeps in flight together */
 
 static inline int md_splits(int width) { return (width + MD_ROWS - 1) / MD_ROWS; }
 static inline bool md_supported(int T, int kl) { return T <= 4 && kl % 32 == 0 && kl <= 1024 && ((kl / 32) & (kl / 32 - 1)) == 0; }
@@ -307,22 +308,38 @@ __global__ void __launch_bounds__(256) mla_decode_split_kernel(const float *__re
     float m = -INFINITY, l = 0.0f;
     const int32_t *row = sel + (int64_t)t * width;
     const int s1 = imin(width, (split + 1) * MD_ROWS);
-    for (int s = split * MD_ROWS; s < s1; s++) {
-        const int32_t p = __ldg(row + s);
-        if (p < 0) continue; /* the same s for the whole warp: uniform */
-        float cv[KPL];
-        md_load<KPL>(cv, latent + (int64_t)p * kl + lane * KPL);
-        float d = 0.0f;
+    /* MD_BATCH rows at a time: their loads are in flight together (one row per step left the warp waiting on
+     * one load latency per row); then the rows are folded in index order */
+    for (int s0 = split * MD_ROWS; s0 < s1; s0 += MD_BATCH) {
+        int32_t p[MD_BATCH];
+        float cv[MD_BATCH][KPL], d[MD_BATCH];
 #pragma unroll
-        for (int k = 0; k < KPL; k++) d = fmaf(q[k], cv[k], d);
+        for (int j = 0; j < MD_BATCH; j++) {
+            p[j] = s0 + j < s1 ? __ldg(row + s0 + j) : -1; /* the same for the whole warp: uniform */
+            if (p[j] >= 0) md_load<KPL>(cv[j], latent + (int64_t)p[j] * kl + lane * KPL);
+        }
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-        const float sc = d * scale, mn = fmaxf(m, sc);
-        const float corr = expf(m - mn), e = expf(sc - mn);
-        l = fmaf(l, corr, e);
+        for (int j = 0; j < MD_BATCH; j++) {
+            d[j] = 0.0f;
+            if (p[j] >= 0) {
 #pragma unroll
-        for (int k = 0; k < KPL; k++) acc[k] = fmaf(e, cv[k], acc[k] * corr);
-        m = mn;
+                for (int k = 0; k < KPL; k++) d[j] = fmaf(q[k], cv[j][k], d[j]);
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+            for (int j = 0; j < MD_BATCH; j++) d[j] += __shfl_xor_sync(0xffffffffu, d[j], o);
+#pragma unroll
+        for (int j = 0; j < MD_BATCH; j++) {
+            if (p[j] < 0) continue;
+            const float sc = d[j] * scale, mn = fmaxf(m, sc);
+            const float corr = expf(m - mn), e = expf(sc - mn);
+            l = fmaf(l, corr, e);
+#pragma unroll
+            for (int k = 0; k < KPL; k++) acc[k] = fmaf(e, cv[j][k], acc[k] * corr);
+            m = mn;
+        }
     }
     float *o = part + (((int64_t)t * H + h) * nsplit + split) * (kl + 2);
 #pragma unroll

@@ -282,6 +282,20 @@ static void launch_probe(void *c, int i, cudaStream_t s) {
 
 static void bench_case(FILE *csv, const char *name, uint32_t type, int64_t rows, int64_t cols, int64_t slices, int nmat,
                        int nvec, int xdiv, int use_ids, cudaStream_t s, unsigned *sink) {
+    /* NF_GEMV_BENCH_ONLY=q8_0,iq2_xxs: time only these formats (a plan sweep needs a few formats, many runs) */
+    const char *only = getenv("NF_GEMV_BENCH_ONLY");
+    if (only && *only) {
+        const char *tn = nf_type_get(type)->name;
+        const size_t ln = strlen(tn);
+        int hit = 0;
+        for (const char *p = only; *p;) {
+            const char *e = strchr(p, ',');
+            const size_t n = e ? (size_t)(e - p) : strlen(p);
+            hit |= n == ln && !strncmp(p, tn, n);
+            p += n + (e != NULL);
+        }
+        if (!hit) return;
+    }
     const size_t rb = nf_row_bytes(type, cols);
     const size_t matrix_bytes = rb * (size_t)rows * (size_t)slices;
     bench_ctx b;
