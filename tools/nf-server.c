@@ -30,6 +30,8 @@ static void usage(void) {
             "  --api-key KEY          require this key (Authorization: Bearer KEY or x-api-key: KEY); env NF_API_KEY\n"
             "  --cors                 answer browsers (Access-Control-Allow-Origin: *)\n"
             "  --ctx N                context length (default min(model context, 4096); at most the model's)\n"
+            "  --progress-log S       log a long prefill's progress to stderr every S seconds (default 5; 0: every\n"
+            "                         chunk; off)\n"
             "  --threads N            CPU threads (default: all)\n"
             "  --model-id NAME        the id clients see (default: the model file name without .gguf)\n"
             "  --strict-models        refuse requests naming another model (default: any name is accepted)\n"
@@ -46,6 +48,14 @@ static void usage(void) {
             "  --allow-forced-output  honour the request field nf_force_output (tests only)\n");
 }
 
+/* long prefills in the server log (the one worker's session; clients see the protocol's keepalives) */
+static void log_progress(void *user, int64_t done, int64_t total, double seconds) {
+    (void)user;
+    char line[200];
+    nf_prefill_progress_line(line, sizeof line, done, total, seconds);
+    fprintf(stderr, "nf-server: %s\n", line);
+}
+
 int main(int argc, char **argv) {
     const char *model = NULL, *model_id = NULL;
     nf_server_opts so = {.host = "127.0.0.1", .port = 8000, .api_key = getenv("NF_API_KEY")};
@@ -54,6 +64,7 @@ int main(int argc, char **argv) {
     nf_worker_opts wo = {0};
     const char *disk_dir = NULL;
     long long disk_mb = 4096, disk_min = 512, ram_mb = 2048;
+    double progress_s = 5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
@@ -69,6 +80,15 @@ int main(int argc, char **argv) {
             }
         }
         else if (!strcmp(a, "--threads") && more) sess.n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--progress-log") && more) {
+            const char *v = argv[++i];
+            char *end;
+            progress_s = strcmp(v, "off") ? strtod(v, &end) : -1;
+            if (strcmp(v, "off") && (end == v || *end || !(progress_s >= 0) || progress_s > 1e9)) {
+                fprintf(stderr, "nf-server: --progress-log: expected seconds >= 0 or off, got '%s'\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--model-id") && more) model_id = argv[++i];
         else if (!strcmp(a, "--strict-models")) so.strict_models = true;
         else if (!strcmp(a, "--max-tokens") && more) so.default_max_tokens = atoll(argv[++i]);
@@ -100,6 +120,7 @@ int main(int argc, char **argv) {
     nf_session *s = nf_session_create(model, &sess);
     if (!s) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 1; }
     if (!nf_session_tokenizer(s)) { fprintf(stderr, "nf-server: %s has no tokenizer\n", model); return 1; }
+    nf_session_set_progress(s, log_progress, NULL, progress_s);
     char idbuf[256];
     if (!model_id) {
         const char *b = strrchr(model, '/');

@@ -74,6 +74,7 @@ typedef struct {
     int64_t max_tokens;
     int threads;
     int64_t ctx;
+    double progress;        /* --progress S: prefill progress on stderr every S seconds (< 0: off) */
     nf_sampler_params sp;
     const char *draft;      /* --draft lookup|mtp|model:FILE (NULL: no speculative decoding) */
     int draft_max;          /* --draft-max K (<= 0: the default) */
@@ -109,6 +110,8 @@ static void usage(FILE *f, bool chat) {
                "  -t, --threads N       CPU threads (default: NF_THREADS or all cores)\n"
                "      --backend B       cpu (default) or cuda (GPU builds only: make cuda, build/cuda/nf)\n"
                "  -c, --ctx N           context size in tokens (default: min(model context, 4096); <= the model's)\n"
+               "      --progress S      prefill progress on stderr every S seconds of a long prefill (default 2;\n"
+               "                        0: every chunk; off)\n"
                "      --draft D         speculative decoding with drafter D: lookup (prompt n-grams), mtp, or\n"
                "                        model:FILE (a draft GGUF with the same tokenizer); see docs/speculative.md\n"
                "      --draft-max K     drafts verified per cycle (default 6)\n"
@@ -123,6 +126,7 @@ static bool opt_is(const char *a, const char *s, const char *l) { return (s && !
 static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
     memset(o, 0, sizeof *o);
     o->think = true;
+    o->progress = 2;
     o->max_tokens = chat ? 1024 : 256;
     o->sp = nf_sampler_defaults();
     for (int i = 1; i < argc; i++) {
@@ -173,7 +177,15 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
         else if (OPT(NULL, "--repeat-penalty")) { NEED(); o->sp.repetition_penalty = (float)atof(v); }
         else if (OPT(NULL, "--repeat-last-n")) { NEED(); o->sp.penalty_last_n = atoi(v); }
         else if (OPT("-t", "--threads")) { NEED(); o->threads = atoi(v); }
-        else if (OPT("-c", "--ctx")) {
+        else if (OPT(NULL, "--progress")) {
+            NEED();
+            char *end;
+            o->progress = strcmp(v, "off") ? strtod(v, &end) : -1;
+            if (strcmp(v, "off") && (end == v || *end || !(o->progress >= 0) || o->progress > 1e9)) {
+                fprintf(stderr, "%s: --progress: expected seconds >= 0 or off, got '%s'\n", nf_progname, v);
+                return 2;
+            }
+        } else if (OPT("-c", "--ctx")) {
             NEED();
             if (nf_parse_ctx_arg(v, &o->ctx) < 0) {
                 fprintf(stderr, "%s: %s\n", nf_progname, nf_error());
@@ -240,6 +252,14 @@ static nf_backend *cuda_factory(const nf_model *m, int n_threads) {
 }
 #endif
 
+/* a long prefill says where it is (nf_session_set_progress; short ones finish before the first report) */
+static void print_progress(void *user, int64_t done, int64_t total, double seconds) {
+    (void)user;
+    char line[200];
+    nf_prefill_progress_line(line, sizeof line, done, total, seconds);
+    fprintf(stderr, "%s\n", line);
+}
+
 static nf_session *open_session(const cli_opts *o) {
     char buf[4200];
     const char *path = resolve_model(o->model, buf, sizeof buf);
@@ -254,6 +274,7 @@ static nf_session *open_session(const cli_opts *o) {
 #endif
     nf_session *s = nf_session_create(path, &so);
     if (!s) return NULL;
+    nf_session_set_progress(s, print_progress, NULL, o->progress);
     if (!nf_session_tokenizer(s)) {
         nf_session_free(s);
         nf_fail("%s has no tokenizer metadata: pass --tokenizer (a GGUF or tokenizer.json)", path);

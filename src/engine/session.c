@@ -8,6 +8,7 @@
 #include "engine/session.h"
 #include "engine/session_io.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -54,6 +55,10 @@ struct nf_session {
     nf_utf8_asm utf;
 
     nf_spec *spec;     /* optional speculative decoder (nf_session_set_spec; spec.h) */
+
+    nf_prefill_progress progress; /* nf_session_set_progress */
+    void *progress_user;
+    double progress_every;
 };
 
 static double now_s(void) {
@@ -263,6 +268,22 @@ void nf_session_free(nf_session *s) {
     free(s);
 }
 
+void nf_session_set_progress(nf_session *s, nf_prefill_progress fn, void *user, double every_s) {
+    s->progress = fn;
+    s->progress_user = user;
+    s->progress_every = every_s;
+}
+
+void nf_prefill_progress_line(char *buf, size_t n, int64_t done, int64_t total, double seconds) {
+    const double tps = seconds > 0 ? (double)done / seconds : 0;
+    if (done < total && tps > 0)
+        snprintf(buf, n, "prefill %lld/%lld tokens (%.1f%%), %.1f t/s, ~%.0f s left", (long long)done,
+                 (long long)total, 100.0 * (double)done / (double)total, tps, (double)(total - done) / tps);
+    else
+        snprintf(buf, n, "prefill %lld/%lld tokens (%.1f%%), %.1f t/s, %.1f s", (long long)done, (long long)total,
+                 total ? 100.0 * (double)done / (double)total : 100.0, tps, seconds);
+}
+
 const nf_model *nf_session_model(const nf_session *s) { return s->m; }
 const nf_tokenizer *nf_session_tokenizer(const nf_session *s) { return s->tok; }
 nf_backend *nf_session_backend(nf_session *s) { return s->be; }
@@ -382,7 +403,8 @@ int nf_session_prefill(nf_session *s, const int32_t *ids, size_t n, const int64_
         return nf_fail("prefill: %zu + %zu tokens exceed the context size %lld", s->n_hist, n, (long long)s->n_ctx);
     int mi = 0;
     size_t i = 0;
-    double t0 = now_s();
+    double t0 = now_s(), t_report = t0;
+    bool reported = false;
     while (i < n) {
         if (cancel && *cancel) {
             st->cancelled = true;
@@ -404,6 +426,14 @@ int nf_session_prefill(nf_session *s, const int32_t *ids, size_t n, const int64_
         s->have_logits = true;
         st->prefilled += (int64_t)T;
         i += T;
+        if (s->progress && s->progress_every >= 0) { /* the last report of a reported prefill says it finished */
+            const double t = now_s();
+            if (t - t_report >= s->progress_every || (i == n && reported)) {
+                s->progress(s->progress_user, (int64_t)i, (int64_t)n, t - t0);
+                t_report = t;
+                reported = true;
+            }
+        }
         if (mi < n_marks && marks[mi] == (int64_t)s->n_hist && nf_session_checkpoint(s) < 0) {
             nf_session_reset(s);
             return -1;

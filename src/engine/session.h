@@ -114,6 +114,16 @@ typedef struct {
 int nf_session_prefill(nf_session *s, const int32_t *ids, size_t n, const int64_t *marks, int n_marks,
                        volatile sig_atomic_t *cancel, nf_prefill_stats *st);
 
+/* Prefill progress (long prompts: the CLI prints it, nf-server logs it): fn(user, done, total, seconds) is called
+ * between the chunks of nf_session_prefill (and so of set_prompt) whenever at least every_s seconds passed since
+ * the prefill started or since the previous call, and once more when a prefill that reported finishes (done ==
+ * total); done and total count this call's tokens, seconds its elapsed time. every_s 0: after every chunk;
+ * every_s < 0 or fn NULL: never. */
+typedef void (*nf_prefill_progress)(void *user, int64_t done, int64_t total, double seconds);
+void nf_session_set_progress(nf_session *s, nf_prefill_progress fn, void *user, double every_s);
+/* "prefill 4096/62000 tokens (6.6%), 1187.0 t/s, ~49 s left" (at the end: the elapsed time) into buf. */
+void nf_prefill_progress_line(char *buf, size_t n, int64_t done, int64_t total, double seconds);
+
 /* Make the live state hold exactly ids[0..n) (n >= 1), reusing the longest usable part of the history (see
  * the header comment) and checkpointing at `marks` and at the end. Returns as nf_session_prefill. */
 int nf_session_set_prompt(nf_session *s, const int32_t *ids, size_t n, const int64_t *marks, int n_marks,
