@@ -31,7 +31,7 @@ options:
   --record-env        allow engine env vars (NF_*, CUDA_*...) and record them; refused otherwise
   --allow-busy-gpu    run although nvidia-smi lists other compute processes
   --arm-args L=ARGS   bench options for arm L only, split on blanks (e.g. two arms of one commit that differ in
-                      `--draft lookup`); recorded in the manifest, and runs with other arm args are not pooled
+                      '--draft lookup'); recorded in the manifest, and runs with other arm args are not pooled
 A relative --prompt is resolved inside arm A's tree (a branch cannot change the input); it is copied into the run.
 EOF
 }
