@@ -370,6 +370,22 @@ def test_nf_ab_run_report_and_exact_drive_the_real_bench(tmp_path):
     assert (ex / "verdict.txt").read_text().startswith("IDENTICAL")
 
 
+def test_prompt_sets_are_reproducible_and_hold_their_documented_sweeps(tmp_path):
+    """bench/prompts: structured.txt is what its generator writes, and each set holds the last frontier of its sweep
+    in docs/ab.md (2560 prose, 4608 structured) with the embedded model's tokenizer."""
+    out = tmp_path / "structured.txt"
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_structured_prompt.py"), str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert out.read_bytes() == (ROOT / "bench" / "prompts" / "structured.txt").read_bytes()
+    for name, last in (("prose.txt", 2560), ("structured.txt", 4608)):
+        p = subprocess.run([str(BUILD / "nf"), "tokenize", "-m", str(MODEL), "--file",
+                            str(ROOT / "bench" / "prompts" / name), "--ids-only"], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        assert len(p.stdout.split()) > last + 128, name
+
+
 def test_nf_ab_build_arm_then_run_with_a_clean_build_of_head(tmp_path):
     """build-arm's clean build of this repository's HEAD (through a throw-away clone, so no worktree is left in the
     project's .git) produces an nf-bench that `nf-ab run` accepts and completes an A/A sweep with."""
