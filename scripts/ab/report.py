@@ -430,6 +430,37 @@ def hash_agreement(run, a, b):
     return {"column": col, "compared": len(shared), "differ": [list(k) for k in diff]}
 
 
+SPEC_SUMS = ("spec_cycles", "draft_tokens", "accepted_tokens", "spec_serial_tokens", "spec_parks", "gen_tokens")
+
+
+def speculative_pool(runs, labels):
+    """The speculative probe's counters (nf-bench --draft) summed per arm over every run, frontier and rep, and the
+    rates derived from the sums: {label: {...}}, or None when no arm's CSV has a drafter (serial benches, older
+    benches without the columns). Sums, not means of per-row rates, so a frontier with more cycles weighs more."""
+    out, any_draft = {}, False
+    for lab in labels:
+        tot = dict.fromkeys(SPEC_SUMS, 0)
+        drafts, rows_n = set(), 0
+        for r in runs:
+            for rows in r.rows.get(lab, {}).values():
+                for row in rows:
+                    if "draft" not in row:
+                        continue
+                    rows_n += 1
+                    drafts.add(row["draft"])
+                    for k in SPEC_SUMS:
+                        v = _num(row.get(k))
+                        tot[k] += int(v) if v is not None else 0
+        drafts.discard("none")
+        any_draft = any_draft or bool(drafts)
+        cyc = tot["spec_cycles"]
+        out[lab] = dict(tot, rows=rows_n, draft="+".join(sorted(drafts)) or "none",
+                        accept_len=tot["accepted_tokens"] / cyc if cyc else None,
+                        commits_per_cycle=(tot["accepted_tokens"] + cyc) / cyc if cyc else None,
+                        accept_rate=tot["accepted_tokens"] / tot["draft_tokens"] if tot["draft_tokens"] else None)
+    return out if any_draft else None
+
+
 def analyse(run_dirs, aa_dirs=(), a=None, b=None, decode_col=DEFAULT_DECODE, allow_incomplete=False):
     """Everything the report prints, as a JSON-able dict. Raises ABError on a refusal."""
     warnings, refused = [], []
@@ -469,6 +500,7 @@ def analyse(run_dirs, aa_dirs=(), a=None, b=None, decode_col=DEFAULT_DECODE, all
         w = hash_agreement(r, a_lab, b_lab)
         if w is not None:
             out["exact_witness"].append(dict(w, run=r.path))
+    out["speculative"] = speculative_pool(runs, (a_lab, b_lab))
     aa_runs = []
     for d in expand_dirs(list(aa_dirs)):
         why = void_reason(d)
@@ -618,6 +650,27 @@ def render(rep, legacy=False):
                 100 * fl["floor"], fl["runs"], ", ".join("%.4f" % h for h in fl["headlines"])))
         L.append("quote: " + m["quote"])
         L.append("DECISION %s: %s (%s)" % (name, m["decision"], m["reason"]))
+    sp = rep.get("speculative")
+    if sp:
+        L.append("")
+        L.append("== speculative probe (nf-bench --draft), pooled per arm over runs, frontiers and reps ==")
+        for lab in (a, b):
+            x = sp[lab]
+            if x["draft"] == "none":
+                L.append("  %s: serial probe (no drafter), %d rows" % (lab, x["rows"]))
+                continue
+            L.append("  %s: drafter %s, %d rows: %d cycles, acceptance length %s, %s commits/cycle, %d of %d drafts "
+                     "accepted (%s), %d of %d tokens serial, %d parks" % (
+                         lab, x["draft"], x["rows"], x["spec_cycles"],
+                         "%.3f" % x["accept_len"] if x["accept_len"] is not None else "n/a",
+                         "%.3f" % x["commits_per_cycle"] if x["commits_per_cycle"] is not None else "n/a",
+                         x["accepted_tokens"], x["draft_tokens"],
+                         "%.1f%%" % (100 * x["accept_rate"]) if x["accept_rate"] is not None else "n/a",
+                         x["spec_serial_tokens"], x["gen_tokens"], x["spec_parks"]))
+        dec = rep["metrics"].get("decode")
+        if dec:
+            L.append("  speedup %s over %s = decode headline B/A %.4f (%s), paired within reps (decision above)" % (
+                b, a, dec["across"]["headline"], pct(dec["across"]["headline"])))
     for w in rep["exact_witness"]:
         if w["differ"]:
             L.append("EXACTNESS WITNESS: %s differs between arms at %d of %d (ctx, rep) in %s: outputs are not the "

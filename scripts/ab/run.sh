@@ -31,7 +31,8 @@ options:
   --record-env        allow engine env vars (NF_*, CUDA_*...) and record them; refused otherwise
   --allow-busy-gpu    run although nvidia-smi lists other compute processes
   --arm-args L=ARGS   bench options for arm L only, split on blanks (e.g. two arms of one commit that differ in
-                      '--draft lookup'); recorded in the manifest, and runs with other arm args are not pooled
+                      '--draft lookup'; two arms may then name the same arm directory); recorded in the manifest,
+                      and runs with other arm args are not pooled
 A relative --prompt is resolved inside arm A's tree (a branch cannot change the input); it is copied into the run.
 EOF
 }
@@ -96,8 +97,11 @@ for ((i = 0; i < n; i++)); do
   ab_is_label "${labels[i]}" || ab_refuse "label '${labels[i]}': use letters, digits, '.', '_', '+'"
   for ((j = 0; j < i; j++)); do
     [ "${labels[i]}" != "${labels[j]}" ] || ab_refuse "label '${labels[i]}' given twice"
-    if [ $mode = ab ] && [ "$(cd "${dirs[i]}" 2>/dev/null && pwd -P)" = "$(cd "${dirs[j]}" 2>/dev/null && pwd -P)" ]; then
-      ab_refuse "arms ${labels[j]} and ${labels[i]} are the same directory: that is an A/A run (--aa)"
+    # one build under two labels is an A/B only when the arms differ in their bench options (serial against
+    # --draft lookup): the binary, tree and inputs are then identical by construction
+    if [ $mode = ab ] && [ "$(cd "${dirs[i]}" 2>/dev/null && pwd -P)" = "$(cd "${dirs[j]}" 2>/dev/null && pwd -P)" ] &&
+       [ "${arm_args[${labels[i]}]:-}" = "${arm_args[${labels[j]}]:-}" ]; then
+      ab_refuse "arms ${labels[j]} and ${labels[i]} are the same directory with the same --arm-args: that is an A/A run (--aa)"
     fi
   done
 done

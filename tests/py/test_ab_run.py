@@ -347,6 +347,15 @@ def test_arm_args_go_to_one_arm_and_into_the_manifest(tmp_path, arms):
     pr_lines = open(os.path.join(b, "tree", "args.log")).read().splitlines()
     assert all(ln.endswith("--warmup-tokens 4") for ln in main_lines)
     assert all(ln.endswith("--warmup-tokens 4 --draft lookup") for ln in pr_lines)
+    # one arm directory under two labels is an A/B when their bench options differ (serial against --draft)
+    p = S.nfab(tmp_path, "run", "--arm", "serial=" + a, "--arm", "lookup=" + a, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", tmp_path / "same", "--arm-args", "lookup=--draft lookup", *SWEEP)
+    assert p.returncode == 0, p.stderr
+    assert json.load(open(tmp_path / "same" / "manifest.json"))["arm_args"] == {"lookup": ["--draft", "lookup"]}
+    p = S.nfab(tmp_path, "run", "--arm", "serial=" + a, "--arm", "lookup=" + a, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", tmp_path / "same2", "--arm-args", "lookup=--draft lookup", "--arm-args",
+               "serial=--draft lookup", *SWEEP)
+    assert p.returncode == 2 and "same directory with the same --arm-args" in p.stderr
     # refused before any work: an unknown label, and per-arm args in an A/A run
     p = S.nfab(tmp_path, "run", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", "prompt.txt", "--reps", 2,
                "--out", tmp_path / "o2", "--arm-args", "nope=--x", *SWEEP)

@@ -386,6 +386,42 @@ def test_prompt_sets_are_reproducible_and_hold_their_documented_sweeps(tmp_path)
         assert len(p.stdout.split()) > last + 128, name
 
 
+def test_nf_ab_serial_against_draft_lookup_on_one_build(tmp_path):
+    """The speculative A/B of docs/ab.md: one build under two labels that differ only in --arm-args (serial against
+    --draft lookup) on the structured prompt set; the report pools the draft columns per arm (sums over every
+    frontier and rep, checked here against the CSVs), prints the speedup and finds the hashes equal."""
+    arm = real_arm(tmp_path / "arms", "head")
+    out = tmp_path / "ab"
+    prompt = ROOT / "bench" / "prompts" / "structured.txt"
+    p = S.nfab(tmp_path, "run", "--arm", "serial=" + arm, "--arm", "lookup=" + arm, "--arm-args",
+               "lookup=--draft lookup --spec-mode speculative", "--prompt", str(prompt), "--weights", str(MODEL),
+               "--ctx-start", 256, "--ctx-max", 512, "--step-incr", 256, "--step-mul", 1, "--gen", 24, "--reps", 2,
+               "--runs", 1, "--out", out, "--", "-t", "2", "--probe-mib", "8", "--warmup", "4", timeout=600)
+    assert p.returncode == 0, p.stderr
+    m = json.load(open(out / "manifest.json"))
+    assert m["status"] == "complete" and m["arm_args"] == {"lookup": ["--draft", "lookup", "--spec-mode", "speculative"]}
+    want = {"spec_cycles": 0, "draft_tokens": 0, "accepted_tokens": 0}
+    for lab in ("serial", "lookup"):
+        for rep in (1, 2):
+            _, rows = read_csv(out / ("%s-rep%d.csv" % (lab, rep)))
+            assert {r["draft"] for r in rows} == {"none" if lab == "serial" else "lookup"}
+            if lab == "lookup":
+                for k in want:
+                    want[k] += sum(int(r[k]) for r in rows)
+    assert want["spec_cycles"] > 0 and want["accepted_tokens"] > 0
+    p = S.nfab(tmp_path, "report", out)
+    assert p.returncode == 0, p.stderr
+    assert "EXACTNESS WITNESS" not in p.stdout and "exactness witness: gen_ids_hash equal at 4 of 4" in p.stdout
+    assert "== speculative probe" in p.stdout and "serial: serial probe (no drafter), 4 rows" in p.stdout
+    assert "lookup: drafter lookup, 4 rows: %d cycles" % want["spec_cycles"] in p.stdout
+    assert "speedup lookup over serial = decode headline B/A" in p.stdout
+    sp = json.load(open(out / "summary.json"))["speculative"]["lookup"]
+    assert sp["spec_cycles"] == want["spec_cycles"] and sp["accepted_tokens"] == want["accepted_tokens"]
+    assert sp["accept_len"] == pytest.approx(want["accepted_tokens"] / want["spec_cycles"])
+    assert sp["commits_per_cycle"] == pytest.approx(1 + want["accepted_tokens"] / want["spec_cycles"])
+    assert sp["accept_rate"] == pytest.approx(want["accepted_tokens"] / want["draft_tokens"])
+
+
 def test_nf_ab_build_arm_then_run_with_a_clean_build_of_head(tmp_path):
     """build-arm's clean build of this repository's HEAD (through a throw-away clone, so no worktree is left in the
     project's .git) produces an nf-bench that `nf-ab run` accepts and completes an A/A sweep with."""
