@@ -40,7 +40,7 @@ static void usage(FILE *o) {
 "      --seed N             seed of the synthetic weights and of the synthetic token sequence (default 1)\n"
 "      --backend B          cpu (default) or cuda (CUDA builds: make cuda, build/cuda/nf-bench)\n"
 "  -t, --threads N          CPU backend threads (default: NF_THREADS or all online CPUs)\n"
-"      --cuda-graphs on|off decode steps as one CUDA graph launch (default on; sets NF_CUDA_GRAPH)\n"
+"      --cuda-graphs on|off decode steps as one CUDA graph launch (default off; sets NF_CUDA_GRAPH)\n"
 "\n"
 "token sequence (default: synthetic ids from --seed, docs/performance.md):\n"
 "      --prompt FILE        text, tokenized once as plain text (alias --prompt-file); needs the model's\n"

@@ -7,7 +7,7 @@
  *
  * Synchronisation: blocks only enqueue work on the stream; the forward's to_host (logits, optional selection
  * dump) is the one point where the host waits. Token ids go through a pinned staging buffer. A decode step runs
- * as one CUDA graph launch (cuda_graph.cu) unless NF_CUDA_GRAPH=off. */
+ * as one CUDA graph launch (cuda_graph.cu) with NF_CUDA_GRAPH=on (off by default: slower, see cuda_graph.cu). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,8 +299,10 @@ extern "C" nf_backend *nf_backend_cuda_create(const nf_model *m, int device) {
     be->moe_block = nf_cuda_moe_block;
     be->head = cu_head;
     be->state_create = nf_cuda_state_create;
+    /* off by default: recording and updating ~1400 nodes per step cost the host more than launching them
+     * (H200, glm53:q2 at 2048: direct launches 18% faster than per-step graphs, nf-ab, docs/benchmarks.md) */
     const char *g = getenv("NF_CUDA_GRAPH");
-    c->graphs = !(g && (!strcmp(g, "off") || !strcmp(g, "0")));
+    c->graphs = g && (!strcmp(g, "on") || !strcmp(g, "1"));
     if (c->graphs) {
         be->graph_begin = nf_cuda_graph_begin;
         be->graph_end = nf_cuda_graph_end;
