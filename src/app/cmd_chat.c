@@ -31,6 +31,7 @@
 #include "cuda/backend_cuda.h"
 #endif
 #include "engine/session.h"
+#include "app/spec_args.h"
 #include "engine/spec.h"
 #include "text/chat_template.h"
 #include "text/output_parser.h"
@@ -76,11 +77,7 @@ typedef struct {
     int64_t ctx;
     double progress;        /* --progress S: prefill progress on stderr every S seconds (< 0: off) */
     nf_sampler_params sp;
-    const char *draft;      /* --draft lookup|mtp|model:FILE (NULL: no speculative decoding) */
-    int draft_max;          /* --draft-max K (<= 0: the default) */
-    const char *spec_mode;  /* --spec-mode serial|conservative|speculative */
-    const char *spec_set[16]; /* --spec-set KEY=VALUE (nf_spec_params_set) */
-    int n_spec_set;
+    nf_spec_args spec;      /* --draft, --draft-max, --spec-mode, --spec-set (app/spec_args.h) */
 } cli_opts;
 
 static void usage(FILE *f, bool chat) {
@@ -111,14 +108,9 @@ static void usage(FILE *f, bool chat) {
                "      --backend B       cpu (default) or cuda (GPU builds only: make cuda, build/cuda/nf)\n"
                "  -c, --ctx N           context size in tokens (default: min(model context, 4096); <= the model's)\n"
                "      --progress S      prefill progress on stderr every S seconds of a long prefill (default 2;\n"
-               "                        0: every chunk; off)\n"
-               "      --draft D         speculative decoding with drafter D: lookup (prompt n-grams), mtp, or\n"
-               "                        model:FILE (a draft GGUF with the same tokenizer); see docs/speculative.md\n"
-               "      --draft-max K     drafts verified per cycle (default 6)\n"
-               "      --spec-mode M     serial | conservative (default: speculate while it pays) | speculative\n"
-               "      --spec-set K=V    any speculative parameter (reasoning=1, window, margin, warmup, backoff_min,\n"
-               "                        backoff_max, min_cycles, no_defer, seed; docs/speculative.md), repeatable\n",
+               "                        0: every chunk; off)\n",
             chat ? 1024 : 256);
+    nf_spec_args_usage(f, 6, 18);
 }
 
 static bool opt_is(const char *a, const char *s, const char *l) { return (s && !strcmp(a, s)) || !strcmp(a, l); }
@@ -129,6 +121,8 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
     o->progress = 2;
     o->max_tokens = chat ? 1024 : 256;
     o->sp = nf_sampler_defaults();
+    nf_spec_args_init(&o->spec);
+    int taken;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -192,24 +186,11 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
                 return 2;
             }
         }
-        else if (OPT(NULL, "--draft")) { NEED(); o->draft = v; }
-        else if (OPT(NULL, "--draft-max")) { NEED(); o->draft_max = atoi(v); }
-        else if (OPT(NULL, "--spec-mode")) {
-            NEED();
-            nf_spec_mode m;
-            if (nf_spec_mode_parse(v, &m) < 0) {
-                fprintf(stderr, "%s: --spec-mode: %s\n", nf_progname, nf_error());
+        else if ((taken = nf_spec_args_take(&o->spec, argc, argv, &i)) != 0) {
+            if (taken < 0) {
+                fprintf(stderr, "%s: %s\n", nf_progname, nf_error());
                 return 2;
             }
-            o->spec_mode = v;
-        } else if (OPT(NULL, "--spec-set")) {
-            NEED();
-            nf_spec_params tmp = nf_spec_defaults();
-            if (nf_spec_params_set(&tmp, v) < 0 || o->n_spec_set == 16) {
-                fprintf(stderr, "%s: --spec-set: %s\n", nf_progname, o->n_spec_set == 16 ? "too many" : nf_error());
-                return 2;
-            }
-            o->spec_set[o->n_spec_set++] = v;
         }
         else {
             fprintf(stderr, "%s %s: unknown or incomplete option '%s'\n", nf_progname, chat ? "chat" : "run", a);
@@ -218,6 +199,10 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
         }
 #undef OPT
 #undef NEED
+    }
+    if (nf_spec_args_check(&o->spec) < 0) {
+        fprintf(stderr, "%s: %s\n", nf_progname, nf_error());
+        return 2;
     }
     return 0;
 }
@@ -280,18 +265,15 @@ static nf_session *open_session(const cli_opts *o) {
         nf_fail("%s has no tokenizer metadata: pass --tokenizer (a GGUF or tokenizer.json)", path);
         return NULL;
     }
-    if (o->draft) { /* speculative decoding (engine/spec.h) */
-        nf_drafter *d = nf_drafter_from_spec(o->draft, nf_session_model(s), o->threads);
-        if (!d) {
+    if (o->spec.draft) { /* speculative decoding (engine/spec.h) */
+        nf_spec_args sa = o->spec;
+        sa.params.seed = o->sp.seed;
+        nf_spec *sp = nf_spec_args_make(&sa, nf_session_model(s), o->threads);
+        if (!sp) {
             nf_session_free(s);
             return NULL;
         }
-        nf_spec_params sp = nf_spec_defaults();
-        if (o->draft_max > 0) sp.draft_max = o->draft_max;
-        if (o->spec_mode) nf_spec_mode_parse(o->spec_mode, &sp.mode);
-        for (int i = 0; i < o->n_spec_set; i++) nf_spec_params_set(&sp, o->spec_set[i]);
-        sp.seed = o->sp.seed;
-        nf_session_set_spec(s, nf_spec_new(d, &sp));
+        nf_session_set_spec(s, sp);
     }
     return s;
 }
