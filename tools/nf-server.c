@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "app/spec_args.h"
 #include "engine/session.h"
 #include "server/disk_cache.h"
 #include "server/http.h"
@@ -46,6 +47,7 @@ static void usage(void) {
             "  --kv-disk-space-mb N   disk budget of DIR (default 4096; least recently used files go first)\n"
             "  --kv-disk-min-tokens N only save prompts of at least N tokens (default 512)\n"
             "  --allow-forced-output  honour the request field nf_force_output (tests only)\n");
+    nf_spec_args_usage(stderr, 2, 23);
 }
 
 /* long prefills in the server log (the one worker's session; clients see the protocol's keepalives) */
@@ -65,9 +67,17 @@ int main(int argc, char **argv) {
     const char *disk_dir = NULL;
     long long disk_mb = 4096, disk_min = 512, ram_mb = 2048;
     double progress_s = 5;
+    nf_spec_args spec;
+    nf_spec_args_init(&spec);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool more = i + 1 < argc;
+        int taken = nf_spec_args_take(&spec, argc, argv, &i);
+        if (taken < 0) {
+            fprintf(stderr, "nf-server: %s\n", nf_error());
+            return 2;
+        }
+        if (taken) continue;
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && more) model = argv[++i];
         else if (!strcmp(a, "--host") && more) so.host = argv[++i];
         else if (!strcmp(a, "--port") && more) so.port = atoi(argv[++i]);
@@ -106,6 +116,7 @@ int main(int argc, char **argv) {
         else { usage(); fprintf(stderr, "nf-server: unknown or incomplete option %s\n", a); return 2; }
     }
     if (!model) { usage(); return 2; }
+    if (nf_spec_args_check(&spec) < 0) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 2; }
     if (so.port < 0 || so.port > 65535) { fprintf(stderr, "nf-server: --port out of range\n"); return 2; }
 
     /* SIGINT/SIGTERM are blocked in every thread (the worker and the HTTP threads inherit the mask) and taken
@@ -121,6 +132,15 @@ int main(int argc, char **argv) {
     if (!s) { fprintf(stderr, "nf-server: %s\n", nf_error()); return 1; }
     if (!nf_session_tokenizer(s)) { fprintf(stderr, "nf-server: %s has no tokenizer\n", model); return 1; }
     nf_session_set_progress(s, log_progress, NULL, progress_s);
+    if (spec.draft) { /* every request then decodes through the speculative decoder (docs/speculative.md) */
+        nf_spec *sp = nf_spec_args_make(&spec, nf_session_model(s), sess.n_threads);
+        if (!sp) {
+            fprintf(stderr, "nf-server: --draft %s: %s\n", spec.draft, nf_error());
+            nf_session_free(s);
+            return 2;
+        }
+        nf_session_set_spec(s, sp);
+    }
     char idbuf[256];
     if (!model_id) {
         const char *b = strrchr(model, '/');

@@ -54,6 +54,12 @@ char *nf_metrics_render(int queue, int busy, int64_t n_ctx) {
              "nf_disk_cache_saves_total %lld\n"
              "# HELP nf_ram_cache_hits_total Jobs that resumed a given-up conversation kept in RAM.\n# TYPE nf_ram_cache_hits_total counter\n"
              "nf_ram_cache_hits_total %lld\n"
+             "# HELP nf_spec_cycles_total Speculative verification cycles (--draft).\n# TYPE nf_spec_cycles_total counter\n"
+             "nf_spec_cycles_total %lld\n"
+             "# HELP nf_spec_draft_tokens_total Draft tokens verified.\n# TYPE nf_spec_draft_tokens_total counter\n"
+             "nf_spec_draft_tokens_total %lld\n"
+             "# HELP nf_spec_accepted_tokens_total Draft tokens accepted.\n# TYPE nf_spec_accepted_tokens_total counter\n"
+             "nf_spec_accepted_tokens_total %lld\n"
              "# HELP nf_queue_length Jobs waiting for the worker.\n# TYPE nf_queue_length gauge\n"
              "nf_queue_length %d\n"
              "# HELP nf_worker_busy 1 while the worker runs a job.\n# TYPE nf_worker_busy gauge\n"
@@ -67,6 +73,7 @@ char *nf_metrics_render(int queue, int busy, int64_t n_ctx) {
              (long long)pre_t, (long long)gen_t, (long long)nf_metric_get(NF_M_CACHE_HITS), pre_s, dec_s,
              pre_s > 0 ? pre_t / pre_s : 0.0, dec_s > 0 ? gen_t / dec_s : 0.0,
              (long long)nf_metric_get(NF_M_DISK_HITS), (long long)nf_metric_get(NF_M_DISK_SAVES),
-             (long long)nf_metric_get(NF_M_RAM_HITS), queue, busy, (long long)n_ctx);
+             (long long)nf_metric_get(NF_M_RAM_HITS), (long long)nf_metric_get(NF_M_SPEC_CYCLES),
+             (long long)nf_metric_get(NF_M_SPEC_DRAFTED), (long long)nf_metric_get(NF_M_SPEC_ACCEPTED), queue, busy, (long long)n_ctx);
     return s;
 }

@@ -2,7 +2,7 @@
  *
  * Process-wide counters updated with atomics from the connection threads and the worker: requests by endpoint
  * and status class, prompt / cached / prefilled / generated tokens, prefill and decode seconds, prefix-cache
- * hits, cancellations; plus gauges read at scrape time (queue length, worker busy). */
+ * hits, cancellations, speculative cycles / drafted / accepted tokens; plus gauges read at scrape time (queue length, worker busy). */
 #ifndef NF_SERVER_METRICS_H
 #define NF_SERVER_METRICS_H
 
@@ -25,6 +25,9 @@ typedef enum {
     NF_M_DISK_HITS,         /* jobs that loaded a saved state from disk */
     NF_M_DISK_SAVES,
     NF_M_RAM_HITS,          /* jobs that resumed a given-up conversation from RAM */
+    NF_M_SPEC_CYCLES,       /* speculative decoding (--draft): verified cycles */
+    NF_M_SPEC_DRAFTED,      /* draft tokens verified */
+    NF_M_SPEC_ACCEPTED,     /* of which accepted */
     NF_M_COUNT
 } nf_metric;
 

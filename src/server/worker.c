@@ -13,6 +13,7 @@
 #include "server/sse.h"
 #include "server/tool_replay.h"
 #include "engine/session_io.h"
+#include "engine/spec.h"
 #include "text/output_parser.h"
 #include "util/error.h"
 
@@ -418,6 +419,15 @@ static void run_job(nf_worker *w, nf_job *j) {
     } else {
         nf_gen_opts g = {.max_tokens = j->max_tokens, .cancel = &j->cancel};
         rc = nf_session_generate(s, &g, on_token, pp, &gst);
+        if (nf_session_spec(s)) { /* per request: the decoder's stats restart with every generate call */
+            const nf_spec_stats *ss = nf_spec_stats_get(nf_session_spec(s));
+            nf_metric_add(NF_M_SPEC_CYCLES, ss->cycles);
+            nf_metric_add(NF_M_SPEC_DRAFTED, ss->drafted);
+            nf_metric_add(NF_M_SPEC_ACCEPTED, ss->accepted);
+            char line[512];
+            nf_spec_stats_line(nf_session_spec(s), line, sizeof line);
+            fprintf(stderr, "nf-server: %s\n", line);
+        }
     }
     nf_output_parser_finish(p);
     nf_output_parser_free(p);
