@@ -64,7 +64,8 @@ def test_bad_options(model):
     r = subprocess.run([NF, "run", "-m", model, "-p", "x", "--spec-mode", "fast"], capture_output=True)
     assert r.returncode == 2 and b"--spec-mode" in r.stderr
     r = subprocess.run([NF, "run", "-m", model, "-p", "x", "--draft", "nonsense"], capture_output=True)
-    assert r.returncode == 1 and b"lookup, mtp or model:FILE" in r.stderr
+    # a malformed drafter is a bad option (exit 2, refused before the model loads: src/app/spec_args.c)
+    assert r.returncode == 2 and b"lookup, mtp or model:FILE" in r.stderr
     r = subprocess.run([NF, "run", "-m", model, "-p", "x", "--draft", "model:/nonexistent.gguf"], capture_output=True)
     assert r.returncode == 1 and b"nonexistent" in r.stderr
     r = subprocess.run([NF, "run", "-m", model, "-p", "x", "--spec-set", "window=x"], capture_output=True)
