@@ -146,8 +146,7 @@ int nf_state_restore(nf_state *dst, const nf_state *src) {
     return 0;
 }
 
-nf_state *nf_state_snapshot(const nf_state *st) {
-    if (st->hooks) return st->hooks->snapshot(st);
+nf_state *nf_state_create_like(const nf_state *st, int64_t cap) {
     nf_hparams hp;
     memset(&hp, 0, sizeof hp);
     hp.n_layer = st->n_layer;
@@ -158,7 +157,12 @@ nf_state *nf_state_snapshot(const nf_state *st) {
     hp.idx_head_dim = st->idx_hd;
     hp.idx_kpool = st->kpool;
     for (int l = 0; l < st->n_layer; l++) hp.layer_kind[l] = (uint8_t)st->L[l].kind;
-    nf_state *c = nf_state_create(&hp, st->pos > 16 ? st->pos : 16);
+    return nf_state_create(&hp, cap);
+}
+
+nf_state *nf_state_snapshot(const nf_state *st) {
+    if (st->hooks) return st->hooks->snapshot(st);
+    nf_state *c = nf_state_create_like(st, st->pos > 16 ? st->pos : 16);
     if (!c) return NULL;
     if (nf_state_restore(c, st) < 0) {
         nf_state_free(c);

@@ -84,6 +84,8 @@ typedef struct nf_state_ckpt {
 /* A fresh state (pos 0, zero KDA state/conv, empty caches) for the model's hyperparameters. `cap` is the
  * initial token capacity (grown on demand). NULL on failure. */
 nf_state *nf_state_create(const nf_hparams *hp, int64_t cap);
+/* A fresh host state with st's dimensions and layer kinds (st may be a device state), capacity cap. */
+nf_state *nf_state_create_like(const nf_state *st, int64_t cap);
 void nf_state_free(nf_state *st);
 /* Back to position 0 (zeroes the fixed-size arrays). */
 void nf_state_reset(nf_state *st);

@@ -94,20 +94,6 @@ static float rms(const float *x, uint64_t n) {
     return n ? (float)sqrt(s / (double)n) : 0.0f;
 }
 
-/* a host state with st's dims and layer kinds (what nf_state_snapshot builds for a host state) */
-static nf_state *host_like(const nf_state *st, int64_t cap) {
-    nf_hparams hp;
-    memset(&hp, 0, sizeof hp);
-    hp.n_layer = st->n_layer;
-    hp.kda_conv = st->conv_rows + 1;
-    hp.kda_n_head = st->kda_heads;
-    hp.kda_head_dim = st->kda_hd;
-    hp.kv_lora_rank = st->kv_lora;
-    hp.idx_head_dim = st->idx_hd;
-    hp.idx_kpool = st->kpool;
-    for (int l = 0; l < st->n_layer; l++) hp.layer_kind[l] = (uint8_t)st->L[l].kind;
-    return nf_state_create(&hp, cap);
-}
 
 int nf_state_fill_measure(const nf_hparams *hp, const nf_state *st, nf_state_fill_scales *out) {
     if (st->pos < st->kpool)
@@ -117,7 +103,7 @@ int nf_state_fill_measure(const nf_hparams *hp, const nf_state *st, nf_state_fil
     nf_state *h = NULL;
     const nf_state *src = st;
     if (st->hooks) { /* a device state: its rows [0, pos) copied to the host */
-        if (!(h = host_like(st, st->pos)) || nf_state_restore(h, st) < 0) {
+        if (!(h = nf_state_create_like(st, st->pos)) || nf_state_restore(h, st) < 0) {
             nf_state_free(h);
             return nf_fail_prefix("state fill: reading the state back");
         }
