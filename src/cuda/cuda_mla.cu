@@ -72,6 +72,22 @@ __device__ __forceinline__ void lds_row(float (&r)[M], const float *p) {
     }
 }
 
+/* acc[i][j] += sum over d < kw of A[d][ty*MI + i] * B[d][tx*MJ + j], d in order (one fused multiply-add per term):
+ * the register tile of the score and value kernels, on rows of shared memory */
+template <int MI, int MJ, int LDA, int LDB>
+__device__ __forceinline__ void tile_fma(float (&acc)[MI][MJ], const float (*A)[LDA], const float (*B)[LDB], int kw, int ty,
+                                         int tx) {
+    for (int d = 0; d < kw; d++) {
+        float a[MI], b[MJ];
+        lds_row<MI>(a, &A[d][ty * MI]);
+        lds_row<MJ>(b, &B[d][tx * MJ]);
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < MJ; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+}
+
 /* CTA = (slot tile, token, head tile); threads 16 x 16, thread = MH heads x MS slots */
 template <int MH, int MS>
 __global__ void __launch_bounds__(256) mla_score_kernel(const float *__restrict__ latent, const float *__restrict__ qt,
@@ -121,15 +137,7 @@ __global__ void __launch_bounds__(256) mla_score_kernel(const float *__restrict_
             Cs[4 * d4 + 3][r] = v.w;
         }
         __syncthreads();
-        for (int d = 0; d < kw; d++) {
-            float a[MH], b[MS];
-            lds_row<MH>(a, &Qs[d][ty * MH]);
-            lds_row<MS>(b, &Cs[d][tx * MS]);
-#pragma unroll
-            for (int i = 0; i < MH; i++)
-#pragma unroll
-                for (int j = 0; j < MS; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-        }
+        tile_fma<MH, MS>(acc, Qs, Cs, kw, ty, tx);
         __syncthreads();
     }
 #pragma unroll
@@ -239,15 +247,7 @@ __global__ void __launch_bounds__(256) mla_value_kernel(const float *__restrict_
             *(float4 *)&Cs[j][4 * c4] = v;
         }
         __syncthreads();
-        for (int j = 0; j < kw; j++) {
-            float a[MH], b[MC];
-            lds_row<MH>(a, &Ps[j][ty * MH]);
-            lds_row<MC>(b, &Cs[j][tx * MC]);
-#pragma unroll
-            for (int i = 0; i < MH; i++)
-#pragma unroll
-                for (int k = 0; k < MC; k++) acc[i][k] = fmaf(a[i], b[k], acc[i][k]);
-        }
+        tile_fma<MH, MC>(acc, Ps, Cs, kw, ty, tx);
         __syncthreads();
     }
 #pragma unroll
