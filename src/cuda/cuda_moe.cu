@@ -65,6 +65,19 @@ __device__ __forceinline__ bool ranks_before(float av, int ai, float bv, int bi)
     return bi < 0 || (ai >= 0 && (av > bv || (av == bv && ai < bi)));
 }
 
+/* the warp's best (value, index) by ranks_before, in every lane (xor butterfly) */
+__device__ __forceinline__ void warp_best(float &bv, int &bi) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ranks_before(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+}
+
 /* block = token: sigmoid scores and biased choices of all experts in parallel, then k rounds of a block-wide
  * arg-max (warp shuffles, then the warps' winners), each taking the best expert not yet taken: slot r gets the
  * expert of rank r, as the CPU's top-k. Then the weights from the chosen scores in rank order (k values). */
@@ -93,15 +106,7 @@ __global__ void router_kernel(const float *logit, const float *bias, int E, int 
                 bi = e;
             }
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ranks_before(ov, oi, bv, bi)) {
-                bv = ov;
-                bi = oi;
-            }
-        }
+        warp_best(bv, bi);
         if (lane == 0) {
             wv[warp] = bv;
             wi[warp] = bi;
@@ -110,15 +115,7 @@ __global__ void router_kernel(const float *logit, const float *bias, int E, int 
         if (warp == 0) {
             bv = lane < nw ? wv[lane] : 0.0f;
             bi = lane < nw ? wi[lane] : -1;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-                const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-                if (ranks_before(ov, oi, bv, bi)) {
-                    bv = ov;
-                    bi = oi;
-                }
-            }
+            warp_best(bv, bi);
             if (lane == 0) sel[r] = bi;
         }
         __syncthreads();
