@@ -302,8 +302,7 @@ extern "C" nf_backend *nf_backend_cuda_create(const nf_model *m, int device) {
     /* off by default: recording and updating ~1400 nodes per step cost the host more than launching them
      * (H200, glm53:q2 at 2048: direct launches 18% faster than per-step graphs, nf-ab, docs/benchmarks.md) */
     const char *g = getenv("NF_CUDA_GRAPH");
-    c->graphs = g && (!strcmp(g, "on") || !strcmp(g, "1"));
-    if (c->graphs) {
+    if (g && (!strcmp(g, "on") || !strcmp(g, "1"))) {
         be->graph_begin = nf_cuda_graph_begin;
         be->graph_end = nf_cuda_graph_end;
         be->graph_abort = nf_cuda_graph_abort;

@@ -51,7 +51,6 @@ struct nf_cuda {
     /* decode-step graphs (cuda_graph.cu): while `capturing`, activation and scratch memory come from the arena
      * (a bump allocator reset every step), so a step allocates nothing from the driver and the same allocation
      * sequence gives the same addresses */
-    int graphs;                 /* 1: decode steps (T == 1) run as captured CUDA graphs (NF_CUDA_GRAPH) */
     int capturing;
     uint8_t *arena;
     size_t arena_cap, arena_used, arena_need;
