@@ -9,6 +9,7 @@
  * dump) is the one point where the host waits. Token ids go through a pinned staging buffer. A decode step runs
  * as one CUDA graph launch (cuda_graph.cu) with NF_CUDA_GRAPH=on (off by default: slower, see cuda_graph.cu). */
 #include <stdlib.h>
+#include "cuda/cuda_launch.h"
 #include <string.h>
 
 #include "cuda/cuda_internal.h"
@@ -127,6 +128,7 @@ static int cu_rmsnorm(nf_backend *be, const nf_tensor *w, const float *x, int T,
 
 /* z[t][i] = mean over streams of X[t][s][i] */
 __global__ void stream_mean_kernel(const float *X, int T, int hc, int n, float *z) {
+    NF_PDL_ENTER();
     const int64_t total = (int64_t)T * n;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
@@ -148,7 +150,7 @@ static int cu_head(nf_backend *be, const float *X, int T, float *logits) {
     float *z = sc.get<float>((size_t)T * n);
     if (!z) return nf_fail("cuda head: out of device memory");
     int64_t blocks = ((int64_t)T * n + 255) / 256;
-    stream_mean_kernel<<<(unsigned)(blocks > 65535 ? 65535 : blocks), 256, 0, c->stream>>>(X, T, hc, n, z);
+    nf_launch(stream_mean_kernel, (unsigned)(blocks > 65535 ? 65535 : blocks), 256, 0, c->stream, X, T, hc, n, z);
     NF_LAUNCHED();
     if (nf_cuda_rmsnorm_rows(c, z, n, T, n, hp->rms_eps, wn, z, n) < 0) return -1;
     nf_cuda_mat w = nf_cuda_mat_of(c, &c->m->output);

@@ -28,6 +28,7 @@
  * On the CPU emulation (scripts/cuemu) the tensor-core instructions are emulated with the same fragment layouts
  * (cuemu_dev.h), so the tiling and fragment indexing run there too. */
 #include <stdlib.h>
+#include "cuda/cuda_launch.h"
 #include <string.h>
 
 #include "cuda/cuda_dequant.h"
@@ -175,6 +176,7 @@ template <int BN> constexpr size_t bf16_smem_bytes() { return (size_t)2 * (BM + 
 
 template <int TY, int BN>
 __global__ void __launch_bounds__(NT, 2) gemm_bf16_kernel(gemm_args a) {
+    NF_PDL_ENTER();
     constexpr int WG = BM * BK / 8 / NT;      /* weight groups (8 values) per thread and step */
     constexpr int WROWS = NT / (BK / 8);      /* rows covered by one pass of the threads */
     constexpr int XG = BN * BK / 4 / NT;      /* float4 of activations per thread and step */
@@ -310,6 +312,7 @@ constexpr size_t f32_smem_bytes() { return (size_t)SBK * (SWP + SXP) * 4 + TAB_B
 
 template <int TY>
 __global__ void __launch_bounds__(NT) gemm_f32_kernel(gemm_args a) {
+    NF_PDL_ENTER();
     constexpr int WG = BM * SBK / 8 / NT, WROWS = NT / (SBK / 8);
     constexpr int XG = SBN * SBK / 4 / NT, XROWS = NT / (SBK / 4);
     extern __shared__ __align__(16) float sh[];
@@ -422,6 +425,7 @@ __device__ __forceinline__ int block_sum(int v, int *red) {
 }
 
 __global__ void __launch_bounds__(GT) group_count_kernel(const int32_t *ids, int nvec, int *counts) {
+    NF_PDL_ENTER();
     __shared__ int red[GT];
     const int e = (int)blockIdx.x;
     int c = 0;
@@ -433,6 +437,7 @@ __global__ void __launch_bounds__(GT) group_count_kernel(const int32_t *ids, int
 /* matrix e: its offset and first tile (sums over the matrices before it), then its vectors in ascending order */
 __global__ void __launch_bounds__(GT) group_place_kernel(const int32_t *ids, int nvec, int nmat, int bn,
                                                          const int *counts, int *off, int *tile0, int32_t *perm) {
+    NF_PDL_ENTER();
     __shared__ int red[GT];
     __shared__ int s_warp[GT / 32];
     const int e = (int)blockIdx.x, tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -495,11 +500,11 @@ template <int TY, int BN> cudaError_t launch_bf16(const gemm_args &a, dim3 grid,
     const size_t smem = bf16_smem_bytes<BN>();
     cudaError_t e = cudaFuncSetAttribute(gemm_bf16_kernel<TY, BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    gemm_bf16_kernel<TY, BN><<<grid, NT, smem, st>>>(a);
+    nf_launch(gemm_bf16_kernel<TY, BN>, grid, NT, smem, st, a);
     return cudaGetLastError();
 }
 template <int TY> cudaError_t launch_f32(const gemm_args &a, dim3 grid, cudaStream_t st) {
-    gemm_f32_kernel<TY><<<grid, NT, f32_smem_bytes(), st>>>(a);
+    nf_launch(gemm_f32_kernel<TY>, grid, NT, f32_smem_bytes(), st, a);
     return cudaGetLastError();
 }
 template <int TY> cudaError_t launch(const gemm_args &a, dim3 grid, nf_gemm_mode mode, int bn, cudaStream_t st) {
@@ -573,8 +578,8 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
         if (e != cudaSuccess) return nf_fail("cuda gemm: out of device memory (%s)", cudaGetErrorString(e));
         int *counts = (int *)scratch, *off = counts + nmat, *tile0 = off + nmat + 1;
         int32_t *perm = tile0 + nmat + 1;
-        group_count_kernel<<<nmat, GT, 0, st>>>(ids, nvec, counts);
-        group_place_kernel<<<nmat, GT, 0, st>>>(ids, nvec, nmat, bn, counts, off, tile0, perm);
+        nf_launch(group_count_kernel, nmat, GT, 0, st, ids, nvec, counts);
+        nf_launch(group_place_kernel, nmat, GT, 0, st, ids, nvec, nmat, bn, counts, off, tile0, perm);
         a.perm = perm;
         a.off = off;
         a.tile0 = tile0;

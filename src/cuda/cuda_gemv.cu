@@ -29,6 +29,7 @@
  * Shapes the streaming kernel does not take (nf_cuda_gemv_streams) run on gemv_plain: one warp per row, lane l
  * owns blocks l, l+32, ..., activations read through the cache. */
 #include "cuda/cuda_gemv.h"
+#include "cuda/cuda_launch.h"
 
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
@@ -499,12 +500,17 @@ template <int R> __device__ __forceinline__ float warp_rows(float (&a)[R], int l
 
 template <int TY, int R>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_params p) {
+    NF_PDL_ENTER();
     extern __shared__ float sh[];
     uint8_t *stage = (uint8_t *)sh;
     float *red = (float *)(stage + (size_t)p.nst * p.stage_bytes); /* [warps][R] */
     uint8_t *tab = (uint8_t *)(red + (GEMV_MAX_THREADS / 32) * 8);
     const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
     const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
+    /* PDL (cuda_launch.h): the routed experts' ids come from the router kernel, so those jobs wait first; the
+     * others read only weights until the wait below, and the first stages of their copies overlap the kernels
+     * before them */
+    if (p.ids) nf_pdl_wait();
     const int slice = p.ids ? p.ids[v] : v % p.smod;
     const uint8_t *W = p.w[mat] + (size_t)slice * p.slice_bytes;
     float *y = p.y[mat] + (size_t)v * p.ldy;
@@ -529,6 +535,8 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
         for (int i = tid; i < 256; i += nthreads) ((uint64_t *)tab)[i] = g_iq2_grid[i];
         for (int i = tid; i < 128; i += nthreads) tab[2048 + i] = g_iq2_signs[i];
     }
+    if (!p.ids) nf_pdl_wait();
+    nf_pdl_release();
     const int g = tid / p.tpr, u = tid % p.tpr;
     const bool active = u < p.units;
     unit<TY> U;
@@ -666,6 +674,7 @@ template <> __device__ float plain_block<NF_TYPE_IQ2_XXS>(const uint8_t *row, in
 
 template <int TY>
 __global__ void gemv_plain(const gemv_params p, int64_t nblocks) {
+    NF_PDL_ENTER();
     const int64_t r = (int64_t)blockIdx.x * 4 + threadIdx.y;
     if (r >= p.rows) return;
     const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
@@ -878,19 +887,19 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         if (per_prob > p.nbatches) per_prob = p.nbatches;
         if (per_prob < 1) per_prob = 1;
         stream_fn k = pl.k;
-        k<<<dim3((unsigned)per_prob, (unsigned)nprob), dim3((unsigned)pl.threads), pl.smem, s>>>(p);
+        nf_launch(k, dim3((unsigned)per_prob, (unsigned)nprob), dim3((unsigned)pl.threads), pl.smem, s, p);
     } else {
         const dim3 block(32, 4), grid((unsigned)((j->rows + 3) / 4), (unsigned)nprob);
         const int64_t nb = j->cols / ti->block_size;
         switch (j->type) {
-        case NF_TYPE_F32: gemv_plain<NF_TYPE_F32><<<grid, block, 0, s>>>(p, nb); break;
-        case NF_TYPE_F16: gemv_plain<NF_TYPE_F16><<<grid, block, 0, s>>>(p, nb); break;
-        case NF_TYPE_BF16: gemv_plain<NF_TYPE_BF16><<<grid, block, 0, s>>>(p, nb); break;
-        case NF_TYPE_Q8_0: gemv_plain<NF_TYPE_Q8_0><<<grid, block, 0, s>>>(p, nb); break;
-        case NF_TYPE_Q4_K: gemv_plain<NF_TYPE_Q4_K><<<grid, block, 0, s>>>(p, nb); break;
-        case NF_TYPE_Q6_K: gemv_plain<NF_TYPE_Q6_K><<<grid, block, 0, s>>>(p, nb); break;
-        case NF_TYPE_Q2_K: gemv_plain<NF_TYPE_Q2_K><<<grid, block, 0, s>>>(p, nb); break;
-        case NF_TYPE_IQ2_XXS: gemv_plain<NF_TYPE_IQ2_XXS><<<grid, block, 0, s>>>(p, nb); break;
+        case NF_TYPE_F32: nf_launch(gemv_plain<NF_TYPE_F32>, grid, block, 0, s, p, nb); break;
+        case NF_TYPE_F16: nf_launch(gemv_plain<NF_TYPE_F16>, grid, block, 0, s, p, nb); break;
+        case NF_TYPE_BF16: nf_launch(gemv_plain<NF_TYPE_BF16>, grid, block, 0, s, p, nb); break;
+        case NF_TYPE_Q8_0: nf_launch(gemv_plain<NF_TYPE_Q8_0>, grid, block, 0, s, p, nb); break;
+        case NF_TYPE_Q4_K: nf_launch(gemv_plain<NF_TYPE_Q4_K>, grid, block, 0, s, p, nb); break;
+        case NF_TYPE_Q6_K: nf_launch(gemv_plain<NF_TYPE_Q6_K>, grid, block, 0, s, p, nb); break;
+        case NF_TYPE_Q2_K: nf_launch(gemv_plain<NF_TYPE_Q2_K>, grid, block, 0, s, p, nb); break;
+        case NF_TYPE_IQ2_XXS: nf_launch(gemv_plain<NF_TYPE_IQ2_XXS>, grid, block, 0, s, p, nb); break;
         }
     }
     cudaError_t e = cudaGetLastError();

@@ -4,6 +4,7 @@
  * src/cpu/hc.c; the Sinkhorn iterations of one token (hc x hc) run on hc * hc threads of one block, in the same
  * launch as the collapse. */
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_launch.h"
 
 #define HC_MAX 16
 
@@ -54,6 +55,7 @@ __device__ void sinkhorn_block(float *comb, int hc, int iters, float eps) {
  * One launch, the two parts running side by side. */
 __global__ void hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
                                        int hc, int n, int iters, float eps, float *mix, float *h) {
+    NF_PDL_ENTER();
     __shared__ float w[HC_MAX * HC_MAX];
     const int nm = (2 + hc) * hc, tid = threadIdx.x;
     for (int t = blockIdx.y; t < T; t += gridDim.y) {
@@ -103,7 +105,7 @@ int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, floa
     if (nf_cuda_matmul(c, &w, r, T, flat, mm, nm) < 0) return -1;
     const int collapse_blocks = (int)((n + HC_THREADS - 1) / HC_THREADS < 64 ? (n + HC_THREADS - 1) / HC_THREADS : 64);
     const dim3 grid(1 + collapse_blocks, T < 65535 ? T : 65535);
-    hc_mix_collapse_kernel<<<grid, HC_THREADS, 0, c->stream>>>(mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
+    nf_launch(hc_mix_collapse_kernel, grid, HC_THREADS, 0, c->stream, mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
                                                                hp->hc_eps, mix, h);
     NF_LAUNCHED();
     return 0;
@@ -111,6 +113,7 @@ int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, floa
 
 /* X[t][j][e] = post[j] y[t][e] + sum_i comb[i][j] X[t][i][e] (each thread owns one (t, e) column of X) */
 __global__ void hc_post_kernel(float *X, const float *y, const float *mix, int T, int hc, int n) {
+    NF_PDL_ENTER();
     const int64_t total = (int64_t)T * n;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
@@ -132,7 +135,7 @@ int nf_cuda_hc_post(nf_backend *be, float *X, const float *y, const float *mix, 
     nf_cuda *c = nf_cuda_of(be);
     const int hc = c->m->hp.hc_count, n = c->m->hp.n_embd;
     if (hc > HC_MAX) return nf_fail("cuda hc: hc_count %d > %d", hc, HC_MAX);
-    hc_post_kernel<<<blocks_for((int64_t)T * n), 256, 0, c->stream>>>(X, y, mix, T, hc, n);
+    nf_launch(hc_post_kernel, blocks_for((int64_t)T * n), 256, 0, c->stream, X, y, mix, T, hc, n);
     NF_LAUNCHED();
     return 0;
 }

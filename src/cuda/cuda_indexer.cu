@@ -22,6 +22,7 @@
  * are sorted (bitonic, by score descending then index ascending: the CPU's order). Nothing here is quadratic
  * in the number of pools. Queries run in chunks so that the key buffer stays bounded at long contexts. */
 #include <math.h>
+#include "cuda/cuda_launch.h"
 
 #include "cuda/cuda_attn.h"
 #include "cuda/cuda_internal.h"
@@ -34,6 +35,7 @@ static __host__ __device__ __forceinline__ int imin(int a, int b) { return a < b
 __global__ void idx_pool_kernel(const float *ik, const float *ig, const float *ape, const float *open_key,
                                 const float *open_gate, int64_t pos0, int kpool, int hd, int64_t pool0, int64_t npools,
                                 float *pool_key) {
+    NF_PDL_ENTER();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= npools * hd) return;
     const int64_t pool = pool0 + i / hd;
@@ -68,6 +70,7 @@ __global__ void idx_pool_kernel(const float *ik, const float *ig, const float *a
 /* thread = (slot, channel): the slot keeps the newest new token that maps to it (as the CPU's writes leave it) */
 __global__ void idx_open_kernel(const float *ik, const float *ig, int64_t pos0, int T, int kpool, int hd,
                                 float *open_key, float *open_gate) {
+    NF_PDL_ENTER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= kpool * hd) return;
     const int slot = i / hd, ch = i % hd;
@@ -96,6 +99,7 @@ __global__ void __launch_bounds__(PB *QG) idx_score_kernel(const float *__restri
                                                           int hd, int kpool, int budget, float sc,
                                                           uint32_t *__restrict__ keys, int64_t ld,
                                                           uint32_t *__restrict__ hist) {
+    NF_PDL_ENTER();
     constexpr int QB = QG * QPT, NT = PB * QG, KC4 = SC_KC / 4;
     __shared__ float4 Ps[KC4 * PB];        /* [dim/4][pool] */
     __shared__ float4 Qs[QB * NHB * KC4];  /* [query][head][dim/4] */
@@ -176,7 +180,7 @@ static void launch_score(cudaStream_t s, const float *pool_key, const float *iq,
                          int nh, int hd, int kpool, int budget, float sc, uint32_t *keys, int64_t ld, uint32_t *hist) {
     const int64_t nv = (pos0 + T) / kpool;
     dim3 grid((unsigned)((nv + PB - 1) / PB), (unsigned)((T + QG * QPT - 1) / (QG * QPT)));
-    idx_score_kernel<PB, QG, QPT, NHB><<<grid, PB * QG, 0, s>>>(pool_key, iq, w, pos0, T, nh, hd, kpool, budget, sc,
+    nf_launch(idx_score_kernel<PB, QG, QPT, NHB>, grid, PB * QG, 0, s, pool_key, iq, w, pos0, T, nh, hd, kpool, budget, sc,
                                                                  keys, ld, hist);
 }
 
@@ -311,6 +315,7 @@ __global__ void __launch_bounds__(TK_THREADS) idx_topk_kernel(const uint32_t *__
                                                               const uint32_t *__restrict__ hist0, int64_t pos0,
                                                               int kpool, int budget, int width, int tail, int nsort,
                                                               int32_t *__restrict__ sel) {
+    NF_PDL_ENTER();
     extern __shared__ float sh[];
     uint32_t *hist = (uint32_t *)sh;
     uint32_t *ck = hist + NF_IDX_HIST_BINS, *ci = ck + TK_CAP;
@@ -474,7 +479,7 @@ extern "C" int nf_cuda_idx_topk(cudaStream_t stream, const uint32_t *keys, int64
         NF_CU(cudaFuncSetAttribute(idx_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = smem;
     }
-    idx_topk_kernel<<<T, TK_THREADS, smem, stream>>>(keys, ld, hist, pos0, kpool, budget, width, tail, nsort, sel);
+    nf_launch(idx_topk_kernel, T, TK_THREADS, smem, stream, keys, ld, hist, pos0, kpool, budget, width, tail, nsort, sel);
     NF_LAUNCHED();
     return 0;
 }
@@ -515,11 +520,11 @@ int nf_cuda_indexer_select(nf_backend *be, int il, nf_state *st, const float *x,
     /* pools completed by these tokens (reading the open rows first), then the open rows */
     const int64_t pool0 = pos / kpool, npools = vis_max - pool0;
     if (npools > 0) {
-        idx_pool_kernel<<<(unsigned)((npools * hd + 127) / 128), 128, 0, c->stream>>>(
+        nf_launch(idx_pool_kernel, (unsigned)((npools * hd + 127) / 128), 128, 0, c->stream,
             ik, ig, ape, LS->open_key, LS->open_gate, pos, kpool, hd, pool0, npools, LS->pool_key);
         NF_LAUNCHED();
     }
-    idx_open_kernel<<<(kpool * hd + 127) / 128, 128, 0, c->stream>>>(ik, ig, pos, T, kpool, hd, LS->open_key,
+    nf_launch(idx_open_kernel, (kpool * hd + 127) / 128, 128, 0, c->stream, ik, ig, pos, T, kpool, hd, LS->open_key,
                                                                      LS->open_gate);
     NF_LAUNCHED();
     if (nf_cuda_matmul(c, &mq, qr, T, hp->q_lora_rank, iq, (int64_t)nh * hd) < 0) return -1;

@@ -5,6 +5,7 @@
  * applies the per-head L2 norms of q and k (q scaled by 1/sqrt(hd)), the forget gate and beta: see
  * kda_recurrence_kernel), then the per-head RMSNorm times the output gate (one launch) and the output projection. */
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_launch.h"
 
 static unsigned blocks_for(int64_t n) {
     int64_t b = (n + 255) / 256;
@@ -14,6 +15,7 @@ static unsigned blocks_for(int64_t n) {
 /* qkv[t][c] = silu(sum_j w[c][j] hist[t + j][c]) over the 3 * inner channels */
 __global__ void kda_conv_kernel(const float *hist, int T, int K, int inner, const float *wq, const float *wk,
                                 const float *wv, float *qkv) {
+    NF_PDL_ENTER();
     const int width = 3 * inner;
     const int64_t total = (int64_t)T * width;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
@@ -40,6 +42,7 @@ __global__ void kda_conv_kernel(const float *hist, int T, int K, int inner, cons
 __global__ void kda_recurrence_kernel(float *S, const float *qkv, const float *graw, const float *dt,
                                       const float *ssm_a, float lb, const float *braw, float qscale, float *o, int T,
                                       int H, int hd) {
+    NF_PDL_ENTER();
     extern __shared__ float sh[];
     __shared__ double red[2][32][33];
     __shared__ double rsh[32];
@@ -140,7 +143,7 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
         nf_cuda_matmul(c, &mv, x, T, n, u + 2 * inner, width) < 0)
         return -1;
     if (rows > 0) NF_CU(cudaMemcpyAsync(hist, LS->conv, (size_t)rows * width * sizeof(float), cudaMemcpyDeviceToDevice, s));
-    kda_conv_kernel<<<blocks_for((int64_t)T * width), 256, 0, s>>>(hist, T, K, inner, wq, wk, wv, qkv);
+    nf_launch(kda_conv_kernel, blocks_for((int64_t)T * width), 256, 0, s, hist, T, K, inner, wq, wk, wv, qkv);
     NF_LAUNCHED();
     if (rows > 0)
         NF_CU(cudaMemcpyAsync(LS->conv, hist + (size_t)T * width, (size_t)rows * width * sizeof(float),
@@ -152,7 +155,7 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
 
     const int ry = (hd + KDA_ROWS - 1) / KDA_ROWS;
     const dim3 grid((hd + 31) / 32, H);
-    kda_recurrence_kernel<<<grid, 32 * ry, 3 * hd * sizeof(float), s>>>(LS->S, qkv, g, dt, ssm_a,
+    nf_launch(kda_recurrence_kernel, grid, 32 * ry, 3 * hd * sizeof(float), s, LS->S, qkv, g, dt, ssm_a,
                                                                         hp->kda_gate_lower_bound, beta,
                                                                         1.0f / sqrtf((float)hd), o, T, H, hd);
     NF_LAUNCHED();

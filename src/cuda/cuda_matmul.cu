@@ -18,6 +18,7 @@
  * (matrix = vector % heads) and routed experts (matrix = ids[vector], the activation row shared by the k slots of
  * a token). */
 #include <cuda_fp16.h>
+#include "cuda/cuda_launch.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -75,6 +76,7 @@ struct mm_args {
 
 template <int TY>
 __global__ void __launch_bounds__(32 * MM_WARPS) mm_kernel(mm_args a) {
+    NF_PDL_ENTER();
     const int64_t r = (int64_t)blockIdx.x * MM_WARPS + threadIdx.y;
     if (r >= a.rows) return;
     const int lane = threadIdx.x;
@@ -94,7 +96,7 @@ static unsigned grid_y(int nvec) { return (unsigned)(nvec < 65535 ? nvec : 65535
 
 template <int TY> static void launch_mm(const mm_args &a, cudaStream_t s) {
     dim3 block(32, MM_WARPS), grid((unsigned)((a.rows + MM_WARPS - 1) / MM_WARPS), grid_y(a.nvec));
-    mm_kernel<TY><<<grid, block, 0, s>>>(a);
+    nf_launch(mm_kernel<TY>, grid, block, 0, s, a);
 }
 
 int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t ldx, int xdiv, int smod,
@@ -149,6 +151,7 @@ int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t 
 /* ---- embedding rows ---- */
 template <int TY>
 __global__ void embed_kernel(const uint8_t *w, size_t row_bytes, int64_t n, const int32_t *tokens, int copies, float *X) {
+    NF_PDL_ENTER();
     const int t = blockIdx.x;
     const uint8_t *row = w + (size_t)tokens[t] * row_bytes;
     float *xt = X + (size_t)t * copies * n;
@@ -163,14 +166,14 @@ int nf_cuda_embed_rows(nf_cuda *c, const nf_cuda_mat *w, const int32_t *tokens, 
     cudaStream_t s = c->stream;
     const unsigned g = (unsigned)T;
     switch (w->type) {
-    case NF_TYPE_F32: embed_kernel<NF_TYPE_F32><<<g, 256, 0, s>>>(w->w, w->row_bytes, w->n, tokens, copies, X); break;
-    case NF_TYPE_F16: embed_kernel<NF_TYPE_F16><<<g, 256, 0, s>>>(w->w, w->row_bytes, w->n, tokens, copies, X); break;
-    case NF_TYPE_BF16: embed_kernel<NF_TYPE_BF16><<<g, 256, 0, s>>>(w->w, w->row_bytes, w->n, tokens, copies, X); break;
-    case NF_TYPE_Q8_0: embed_kernel<NF_TYPE_Q8_0><<<g, 256, 0, s>>>(w->w, w->row_bytes, w->n, tokens, copies, X); break;
-    case NF_TYPE_Q4_K: embed_kernel<NF_TYPE_Q4_K><<<g, 256, 0, s>>>(w->w, w->row_bytes, w->n, tokens, copies, X); break;
-    case NF_TYPE_Q6_K: embed_kernel<NF_TYPE_Q6_K><<<g, 256, 0, s>>>(w->w, w->row_bytes, w->n, tokens, copies, X); break;
-    case NF_TYPE_Q2_K: embed_kernel<NF_TYPE_Q2_K><<<g, 256, 0, s>>>(w->w, w->row_bytes, w->n, tokens, copies, X); break;
-    case NF_TYPE_IQ2_XXS: embed_kernel<NF_TYPE_IQ2_XXS><<<g, 256, 0, s>>>(w->w, w->row_bytes, w->n, tokens, copies, X); break;
+    case NF_TYPE_F32: nf_launch(embed_kernel<NF_TYPE_F32>, g, 256, 0, s, w->w, w->row_bytes, w->n, tokens, copies, X); break;
+    case NF_TYPE_F16: nf_launch(embed_kernel<NF_TYPE_F16>, g, 256, 0, s, w->w, w->row_bytes, w->n, tokens, copies, X); break;
+    case NF_TYPE_BF16: nf_launch(embed_kernel<NF_TYPE_BF16>, g, 256, 0, s, w->w, w->row_bytes, w->n, tokens, copies, X); break;
+    case NF_TYPE_Q8_0: nf_launch(embed_kernel<NF_TYPE_Q8_0>, g, 256, 0, s, w->w, w->row_bytes, w->n, tokens, copies, X); break;
+    case NF_TYPE_Q4_K: nf_launch(embed_kernel<NF_TYPE_Q4_K>, g, 256, 0, s, w->w, w->row_bytes, w->n, tokens, copies, X); break;
+    case NF_TYPE_Q6_K: nf_launch(embed_kernel<NF_TYPE_Q6_K>, g, 256, 0, s, w->w, w->row_bytes, w->n, tokens, copies, X); break;
+    case NF_TYPE_Q2_K: nf_launch(embed_kernel<NF_TYPE_Q2_K>, g, 256, 0, s, w->w, w->row_bytes, w->n, tokens, copies, X); break;
+    case NF_TYPE_IQ2_XXS: nf_launch(embed_kernel<NF_TYPE_IQ2_XXS>, g, 256, 0, s, w->w, w->row_bytes, w->n, tokens, copies, X); break;
     default: return nf_fail("cuda embed: type %u unsupported", w->type);
     }
     NF_LAUNCHED();

@@ -18,6 +18,7 @@
  * The two-pass softmax (scores in global scratch, [T][H][width rounded up to 4]) is what makes that possible
  * without a split-K combine; prefill runs the core over token chunks so the scratch stays bounded. */
 #include <math.h>
+#include "cuda/cuda_launch.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +94,7 @@ template <int MH, int MS>
 __global__ void __launch_bounds__(256) mla_score_kernel(const float *__restrict__ latent, const float *__restrict__ qt,
                                                         const int32_t *__restrict__ sel, int H, int kl, int width,
                                                         int64_t lds, float scale, float *__restrict__ S) {
+    NF_PDL_ENTER();
     constexpr int HT = 16 * MH, ST = 16 * MS;
     __shared__ __align__(16) float Qs[MC_K][HT + MC_PAD]; /* [dim][head] */
     __shared__ __align__(16) float Cs[MC_K][ST + MC_PAD]; /* [dim][slot] */
@@ -157,6 +159,7 @@ __global__ void __launch_bounds__(256) mla_score_kernel(const float *__restrict_
  * then a fixed butterfly per warp, then the warps in order. */
 __global__ void __launch_bounds__(256) mla_softmax_kernel(const int32_t *__restrict__ sel, int H, int width, int64_t lds,
                                                           float *__restrict__ S) {
+    NF_PDL_ENTER();
     __shared__ float s_mx[8];
     __shared__ int s_ns[8];
     __shared__ double s_sum[8];
@@ -213,6 +216,7 @@ template <int MH, int MC>
 __global__ void __launch_bounds__(256) mla_value_kernel(const float *__restrict__ latent, const float *__restrict__ P,
                                                         const int32_t *__restrict__ sel, int H, int kl, int width,
                                                         int64_t lds, float *__restrict__ U) {
+    NF_PDL_ENTER();
     constexpr int HT = 16 * MH, CT = 16 * MC;
     __shared__ __align__(16) float Ps[MV_K][HT + MC_PAD]; /* [selected row][head] */
     __shared__ __align__(16) float Cs[MV_K][CT + MC_PAD]; /* [selected row][column] */
@@ -299,6 +303,7 @@ template <int KPL>
 __global__ void __launch_bounds__(256) mla_decode_split_kernel(const float *__restrict__ latent, const float *__restrict__ qt,
                                                                const int32_t *__restrict__ sel, int H, int kl, int width,
                                                                float scale, int nsplit, float *__restrict__ part) {
+    NF_PDL_ENTER();
     const int split = blockIdx.x, t = blockIdx.y, h = blockIdx.z * MD_HEADS + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (h >= H) return;
     float q[KPL], acc[KPL];
@@ -352,6 +357,7 @@ __global__ void __launch_bounds__(256) mla_decode_split_kernel(const float *__re
 
 /* CTA = (token, head); thread = latent dims d, d + blockDim, ... */
 __global__ void mla_decode_combine_kernel(const float *__restrict__ part, int kl, int nsplit, float *__restrict__ U) {
+    NF_PDL_ENTER();
     const int64_t th = blockIdx.x;
     const float *pp = part + th * nsplit * (kl + 2);
     float M = -INFINITY;
@@ -375,7 +381,7 @@ template <int KPL>
 static void md_launch(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H, int kl,
                       int width, float scale, float *part) {
     dim3 g(md_splits(width), T, (H + MD_HEADS - 1) / MD_HEADS);
-    mla_decode_split_kernel<KPL><<<g, 32 * MD_HEADS, 0, stream>>>(latent, qt, sel, H, kl, width, scale, md_splits(width), part);
+    nf_launch(mla_decode_split_kernel<KPL>, g, 32 * MD_HEADS, 0, stream, latent, qt, sel, H, kl, width, scale, md_splits(width), part);
 }
 
 static bool md_enabled(void) {
@@ -408,7 +414,7 @@ extern "C" int nf_cuda_mla_core(cudaStream_t stream, const float *latent, const 
         default: md_launch<32>(stream, latent, qt, sel, T, H, kl, width, scale, S); break;
         }
         NF_LAUNCHED();
-        mla_decode_combine_kernel<<<(unsigned)((int64_t)T * H), 128, 0, stream>>>(S, kl, md_splits(width), U);
+        nf_launch(mla_decode_combine_kernel, (unsigned)((int64_t)T * H), 128, 0, stream, S, kl, md_splits(width), U);
         NF_LAUNCHED();
         return 0;
     }
@@ -417,20 +423,20 @@ extern "C" int nf_cuda_mla_core(cudaStream_t stream, const float *latent, const 
     const bool few = T <= 4;
     if (few) {
         dim3 g((width + 15) / 16, T, (H + 63) / 64);
-        mla_score_kernel<4, 1><<<g, 256, 0, stream>>>(latent, qt, sel, H, kl, width, lds, scale, S);
+        nf_launch(mla_score_kernel<4, 1>, g, 256, 0, stream, latent, qt, sel, H, kl, width, lds, scale, S);
     } else {
         dim3 g((width + 63) / 64, T, (H + 63) / 64);
-        mla_score_kernel<4, 4><<<g, 256, 0, stream>>>(latent, qt, sel, H, kl, width, lds, scale, S);
+        nf_launch(mla_score_kernel<4, 4>, g, 256, 0, stream, latent, qt, sel, H, kl, width, lds, scale, S);
     }
     NF_LAUNCHED();
-    mla_softmax_kernel<<<(unsigned)((int64_t)T * H), 256, 0, stream>>>(sel, H, width, lds, S);
+    nf_launch(mla_softmax_kernel, (unsigned)((int64_t)T * H), 256, 0, stream, sel, H, width, lds, S);
     NF_LAUNCHED();
     if (few) {
         dim3 g((kl + 15) / 16, T, (H + 15) / 16);
-        mla_value_kernel<1, 1><<<g, 256, 0, stream>>>(latent, S, sel, H, kl, width, lds, U);
+        nf_launch(mla_value_kernel<1, 1>, g, 256, 0, stream, latent, S, sel, H, kl, width, lds, U);
     } else {
         dim3 g((kl + 63) / 64, T, (H + 63) / 64);
-        mla_value_kernel<4, 4><<<g, 256, 0, stream>>>(latent, S, sel, H, kl, width, lds, U);
+        nf_launch(mla_value_kernel<4, 4>, g, 256, 0, stream, latent, S, sel, H, kl, width, lds, U);
     }
     NF_LAUNCHED();
     return 0;

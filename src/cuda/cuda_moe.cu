@@ -8,6 +8,7 @@
  * are summed in ascending expert order, then the shared expert is added, as the CPU does, so the sum does not
  * depend on the slot order. */
 #include "cuda/cuda_gemv.h"
+#include "cuda/cuda_launch.h"
 #include "cuda/cuda_internal.h"
 
 /* a = G x, b = U x for nvec vectors (matmul_ex's arguments): for decode-sized products one launch of
@@ -83,6 +84,7 @@ __device__ __forceinline__ void warp_best(float &bv, int &bi) {
  * expert of rank r, as the CPU's top-k. Then the weights from the chosen scores in rank order (k values). */
 __global__ void router_kernel(const float *logit, const float *bias, int E, int k, int norm, float scale,
                               int32_t *expert_of, float *weight_of) {
+    NF_PDL_ENTER();
     extern __shared__ float sh[];
     float *s = sh, *choice = sh + E;
     __shared__ float wv[32];
@@ -137,6 +139,7 @@ __global__ void router_kernel(const float *logit, const float *bias, int E, int 
  * a token are distinct). */
 __global__ void moe_combine_kernel(const float *out, const int32_t *expert_of, const float *weight_of,
                                    const float *shared, int T, int k, int n, float *y) {
+    NF_PDL_ENTER();
     __shared__ int order[TOPK_MAX];
     __shared__ float wgt[TOPK_MAX];
     for (int t = blockIdx.y; t < T; t += gridDim.y) {
@@ -178,7 +181,7 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     if (!logit || !weight_of || !a || !b || !out || !expert_of || (has_shared && !shared))
         return nf_fail("cuda moe: out of device memory");
     if (nf_cuda_matmul(c, &r, x, T, n, logit, E) < 0) return -1;
-    router_kernel<<<T, ROUTER_THREADS, 2 * E * sizeof(float), c->stream>>>(logit, bias, E, k, hp->expert_weights_norm,
+    nf_launch(router_kernel, T, ROUTER_THREADS, 2 * E * sizeof(float), c->stream, logit, bias, E, k, hp->expert_weights_norm,
                                                                  hp->expert_weights_scale, expert_of, weight_of);
     NF_LAUNCHED();
     if (gate_up(c, &g, &u, x, n, k, expert_of, a, b, I, T * k) < 0) return -1;
@@ -188,7 +191,7 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
         return -1;
     const dim3 cgrid((n + COMBINE_THREADS - 1) / COMBINE_THREADS < 32 ? (n + COMBINE_THREADS - 1) / COMBINE_THREADS : 32,
                      T < 65535 ? T : 65535);
-    moe_combine_kernel<<<cgrid, COMBINE_THREADS, 0, c->stream>>>(out, expert_of, weight_of, shared, T, k, n, y);
+    nf_launch(moe_combine_kernel, cgrid, COMBINE_THREADS, 0, c->stream, out, expert_of, weight_of, shared, T, k, n, y);
     NF_LAUNCHED();
     return 0;
 }

@@ -3,6 +3,7 @@
  * operation order (src/cpu/vec.c: mean = (float)(ss/n), r = 1/sqrtf(mean+eps), out = w*(x*r)), so a norm
  * of the same input gives the same f32 result on both backends up to the rounding of the double sum. */
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_launch.h"
 
 /* Threads of a row's block: one float4 per thread, up to 1024 threads (a 16384-wide row then has four per thread,
  * loaded together). With one block per row the loads of a thread must be in flight together: the former serial
@@ -48,6 +49,7 @@ __device__ __forceinline__ double row_sumsq_part(const float *xr, int64_t n, int
  * src/cpu/kda.c applies it after the norm) */
 __global__ void rmsnorm_kernel(const float *x, int64_t ldx, int64_t n, float eps, const float *w, const float *gate,
                                int64_t ldg, float *out, int64_t ldo, int vec4) {
+    NF_PDL_ENTER();
     __shared__ double sh[32];
     const float *xr = x + (size_t)blockIdx.x * ldx;
     const float *gr = gate ? gate + (size_t)blockIdx.x * ldg : nullptr;
@@ -67,7 +69,7 @@ int nf_cuda_rmsnorm_gated_rows(nf_cuda *c, const float *x, int64_t ldx, int rows
                                const float *w, const float *gate, int64_t ldg, float *out, int64_t ldo) {
     if (rows <= 0) return 0;
     const int vec4 = n % 4 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0;
-    rmsnorm_kernel<<<rows, row_threads(n), 0, c->stream>>>(x, ldx, n, eps, w, gate, ldg, out, ldo, vec4);
+    nf_launch(rmsnorm_kernel, rows, row_threads(n), 0, c->stream, x, ldx, n, eps, w, gate, ldg, out, ldo, vec4);
     NF_LAUNCHED();
     return 0;
 }
@@ -78,6 +80,7 @@ int nf_cuda_rmsnorm_rows(nf_cuda *c, const float *x, int64_t ldx, int rows, int6
 }
 
 __global__ void layernorm_kernel(const float *x, int64_t n, float eps, const float *w, const float *b, float *out) {
+    NF_PDL_ENTER();
     __shared__ double sh[32];
     const float *xr = x + (size_t)blockIdx.x * n;
     float *o = out + (size_t)blockIdx.x * n;
@@ -104,12 +107,13 @@ __global__ void layernorm_kernel(const float *x, int64_t n, float eps, const flo
 int nf_cuda_layernorm_rows(nf_cuda *c, const float *x, int rows, int64_t n, float eps, const float *w,
                            const float *b, float *out) {
     if (rows <= 0) return 0;
-    layernorm_kernel<<<rows, row_threads(n), 0, c->stream>>>(x, n, eps, w, b, out);
+    nf_launch(layernorm_kernel, rows, row_threads(n), 0, c->stream, x, n, eps, w, b, out);
     NF_LAUNCHED();
     return 0;
 }
 
 __global__ void swiglu_kernel(const float *g, const float *u, int64_t n, float limit, float *y) {
+    NF_PDL_ENTER();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         float a = g[i], b = u[i];
         if (limit > 0.0f) {
@@ -128,31 +132,33 @@ static unsigned blocks_for(int64_t n) {
 
 int nf_cuda_swiglu(nf_cuda *c, const float *g, const float *u, int64_t n, float limit, float *y) {
     if (n <= 0) return 0;
-    swiglu_kernel<<<blocks_for(n), 256, 0, c->stream>>>(g, u, n, limit, y);
+    nf_launch(swiglu_kernel, blocks_for(n), 256, 0, c->stream, g, u, n, limit, y);
     NF_LAUNCHED();
     return 0;
 }
 
 __global__ void sigmoid_kernel(float *x, int64_t n) {
+    NF_PDL_ENTER();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] = nf_d_sigmoid(x[i]);
 }
 
 int nf_cuda_sigmoid(nf_cuda *c, float *x, int64_t n) {
     if (n <= 0) return 0;
-    sigmoid_kernel<<<blocks_for(n), 256, 0, c->stream>>>(x, n);
+    nf_launch(sigmoid_kernel, blocks_for(n), 256, 0, c->stream, x, n);
     NF_LAUNCHED();
     return 0;
 }
 
 __global__ void scale_kernel(float *x, int64_t n, float s) {
+    NF_PDL_ENTER();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         x[i] = __fmul_rn(x[i], s);
 }
 
 int nf_cuda_scale(nf_cuda *c, float *x, int64_t n, float s) {
     if (n <= 0) return 0;
-    scale_kernel<<<blocks_for(n), 256, 0, c->stream>>>(x, n, s);
+    nf_launch(scale_kernel, blocks_for(n), 256, 0, c->stream, x, n, s);
     NF_LAUNCHED();
     return 0;
 }

@@ -8,6 +8,7 @@
  *
  * A device state belongs to the backend that made it and must be freed before the backend is destroyed. */
 #include <stdlib.h>
+#include "cuda/cuda_launch.h"
 #include <string.h>
 
 #include "cuda/cuda_internal.h"
@@ -280,6 +281,7 @@ static void h_ckpt_free(nf_state_ckpt *ck) {
 /* dst[i] = scale * unit(key, first + i): nf_state_fill's values made on the GPU (a 1M-token glm53 state is
  * ~25 GB; the host fill would take minutes and a host copy) */
 __global__ void state_fill_kernel(float *dst, uint64_t n, uint64_t first, uint64_t key, float scale) {
+    NF_PDL_ENTER();
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
         dst[i] = scale * nf_state_fill_unit(key, first + i);
 }
@@ -294,7 +296,7 @@ static void fill_emit(const nf_state_fill_span *sp, void *ctx) {
     if (fl->err != cudaSuccess) return;
     const uint64_t want = (sp->n + 255) / 256;
     const unsigned grid = (unsigned)(want < 8192 ? want : 8192);
-    state_fill_kernel<<<grid, 256, 0, fl->stream>>>(sp->dst, sp->n, sp->first, sp->key, sp->scale);
+    nf_launch(state_fill_kernel, grid, 256, 0, fl->stream, sp->dst, sp->n, sp->first, sp->key, sp->scale);
     fl->err = cudaGetLastError();
 }
 

@@ -8,6 +8,7 @@
  * kernel only copies 16-bit words (every block size of the pools is even, every tensor starts at an
  * NF_SYNTH_ALIGN boundary), so ~100 GB are made at memory speed, and the bytes equal nf_synth_virtual_fill's. */
 #include <stdlib.h>
+#include "cuda/cuda_launch.h"
 
 #include "cuda/cuda_internal.h"
 
@@ -15,6 +16,7 @@
 template <typename I>
 __global__ void synth_fill_kernel(uint16_t *dst, I n_words, const uint16_t *pool, uint32_t words_per_block,
                                   uint32_t n_blocks, uint64_t key) {
+    NF_PDL_ENTER();
     for (I w = (I)blockIdx.x * blockDim.x + threadIdx.x; w < n_words; w += (I)gridDim.x * blockDim.x) {
         const I i = w / words_per_block;
         const uint32_t j = (uint32_t)(w - i * words_per_block);
@@ -73,9 +75,9 @@ int nf_cuda_synth_upload(nf_cuda *c) {
         const uint64_t want = (n_words + 255) / 256;
         const unsigned grid = (unsigned)(want < 16384 ? want : 16384);
         if (n_words < ((uint64_t)1 << 32) - 16384ull * 256)   /* w + grid stride stays below 2^32 */
-            synth_fill_kernel<uint32_t><<<grid, 256, 0, c->stream>>>(dst, (uint32_t)n_words, src, wpb, p->n_blocks, t->key);
+            nf_launch(synth_fill_kernel<uint32_t>, grid, 256, 0, c->stream, dst, (uint32_t)n_words, src, wpb, p->n_blocks, t->key);
         else
-            synth_fill_kernel<uint64_t><<<grid, 256, 0, c->stream>>>(dst, n_words, src, wpb, p->n_blocks, t->key);
+            nf_launch(synth_fill_kernel<uint64_t>, grid, 256, 0, c->stream, dst, n_words, src, wpb, p->n_blocks, t->key);
         e = cudaGetLastError();
     }
     free(pool_off);

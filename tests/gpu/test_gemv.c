@@ -416,6 +416,10 @@ static void run_bench(void) {
     bench_probe(csv, (size_t)2 << 30, s, sink);
     for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "dense", types[i], 14336, 4096, 1, 1, 1, 1, 0, s, sink);
     for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "head", types[i], 154880, 4096, 1, 1, 1, 1, 0, s, sink);
+    /* glm53's most frequent decode shapes: a KDA projection (8192 x 4096, ~34 per token) and a small projection
+     * (128 x 4096: gates, indexer keys) where the fixed cost of a launch shows */
+    for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "kda_proj", types[i], 8192, 4096, 1, 1, 1, 1, 0, s, sink);
+    for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "small", types[i], 128, 4096, 1, 1, 1, 1, 0, s, sink);
     /* routed experts of one token: gate and up in one launch (shared activation), then down (one per slot) */
     for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "gate_up", types[i], 2048, 4096, 288, 2, 8, 8, 1, s, sink);
     for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "down", types[i], 4096, 2048, 288, 1, 8, 1, 1, s, sink);

@@ -1,6 +1,7 @@
 /* cuemu: a tiny CPU emulation of the CUDA runtime subset nextflash's backend uses (testing without a GPU). */
 #ifndef CUEMU_RUNTIME_H
 #define CUEMU_RUNTIME_H
+#define NF_CUEMU 1 /* src/cuda/cuda_launch.h: launches go through cuemu_cfg */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>

@@ -1,0 +1,73 @@
+/* cuda_launch.h — how the CUDA backend launches its kernels: programmatic dependent launch (PDL, sm_90).
+ *
+ * Why: a decode step is ~1400 kernels on one stream, most of them a few microseconds long. With plain stream
+ * order each kernel starts only after the previous one has fully drained, and the GPU then pays the launch, the
+ * ramp-up of its CTAs and (for the weight-streaming GEMVs) the first DRAM round trip, with most SMs idle. With PDL
+ * a kernel is launched while its predecessor still runs; it waits (griddepcontrol.wait) for the predecessor to
+ * complete, with its memory visible, before it touches anything the predecessor may produce or read. Kernels that
+ * stream weights issue their first weight loads before that wait (weights are never written during a forward), so
+ * the copy of the next matrix overlaps the small kernels before it.
+ *
+ * The rules every kernel launched by nf_launch follows (NF_PDL_ENTER at the top does both):
+ *  - nf_pdl_wait() before its first read of anything but the model's weights, and before its first global write
+ *    (a predecessor may still read the buffer);
+ *  - nf_pdl_release() (griddepcontrol.launch_dependents) after that wait: the successor may then be launched
+ *    and wait in turn. Because each kernel waits for its predecessor's completion before completing itself, a
+ *    kernel that passed its wait sees every earlier kernel of the stream complete, not just the last one.
+ * Kernels launched without the attribute (nf_launch with PDL off, the bench kernels) see both as no-ops.
+ * Copies, memsets and stream-ordered allocations between kernels keep plain stream order.
+ *
+ * NF_CUDA_PDL=off launches every kernel in plain stream order (for A/B runs and bisecting). */
+#ifndef NF_CUDA_LAUNCH_H
+#define NF_CUDA_LAUNCH_H
+
+#include <cuda_runtime.h>
+#include <utility>
+
+/* 1 unless NF_CUDA_PDL=off (read once) */
+int nf_cuda_pdl_enabled(void);
+
+__device__ __forceinline__ void nf_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void nf_pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+/* the first statement of a kernel that reads no weights before its inputs */
+#define NF_PDL_ENTER()                                                                                       \
+    do {                                                                                                     \
+        nf_pdl_wait();                                                                                       \
+        nf_pdl_release();                                                                                    \
+    } while (0)
+
+/* k<<<grid, block, smem, stream>>>(args...), allowed to overlap its predecessor when PDL is on. Returns the
+ * launch's error (also left for cudaGetLastError, as a <<<>>> launch does). */
+template <typename... P, typename... A>
+static inline cudaError_t nf_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A &&...args) {
+#ifdef NF_CUEMU
+    cuemu_cfg(grid, block, smem, s).run(k, std::forward<A>(args)...);
+    return cudaSuccess;
+#else
+    if (nf_cuda_pdl_enabled()) {
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = s;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        return cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...);
+    }
+    k<<<grid, block, smem, s>>>(std::forward<A>(args)...);
+    return cudaGetLastError();
+#endif
+}
+
+#endif
