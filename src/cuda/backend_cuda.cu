@@ -91,6 +91,7 @@ static int cu_to_host(nf_backend *be, void *dst, const void *src, size_t bytes) 
 }
 
 static int cu_embed(nf_backend *be, const int32_t *tokens, int T, float *X) {
+    nf_cuda_pdl_forward(T); /* the first op of every forward: its size picks the launch mode */
     nf_cuda *c = nf_cuda_of(be);
     if (T <= 0) return 0;
     /* the last copy has read the staging buffer (a recorded step has none pending: the step before it ended with

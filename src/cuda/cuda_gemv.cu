@@ -104,6 +104,34 @@ __device__ __forceinline__ uint32_t ld32_at(const uint8_t *p4, int i, int sh) {
     return __funnelshift_r(w[i], w[i + 1], sh);
 }
 
+/* ---- where a thread's activation values come from ---- */
+/* The quantized units hold 32 or 64 activation values of their own columns: thread u reads 256 (128) contiguous
+ * bytes, so the threads of a warp read 32 rows of a 8 KiB window at once. Read straight from global memory that
+ * is one L1 wavefront per thread and value (16K wavefronts per CTA: ~8 us of L1 time per CTA, the largest part of
+ * a 10-35 us Q8_0 launch on the H200). So the CTA first copies the activation row into shared memory with
+ * coalesced 16-byte loads, in 16-byte chunks stored at chunk c ^ ((c >> shift) & 7), and each thread then reads its
+ * chunks from there: consecutive threads' chunks land in different banks (shift = log2 of the chunks per unit). */
+struct xsrc {
+    const float *g;   /* the activation row in global memory (used when s is NULL) */
+    const float4 *s;  /* its swizzled shared copy, or NULL */
+    int shift;
+    __device__ __forceinline__ float4 chunk(int c) const {
+        if (s) return s[c ^ ((c >> shift) & 7)];
+        return make_float4(g[4 * c], g[4 * c + 1], g[4 * c + 2], g[4 * c + 3]);
+    }
+    /* values [4*c0, 4*c0 + 4*N) into v */
+    template <int N> __device__ __forceinline__ void run(int c0, float *v) const {
+#pragma unroll
+        for (int j = 0; j < N; j++) {
+            const float4 f = chunk(c0 + j);
+            v[4 * j] = f.x;
+            v[4 * j + 1] = f.y;
+            v[4 * j + 2] = f.z;
+            v[4 * j + 3] = f.w;
+        }
+    }
+};
+
 /* ---- units: what one thread decodes of one row ---- */
 template <int TY> struct unit;
 
@@ -112,7 +140,9 @@ template <> struct unit<NF_TYPE_F32> {
     static constexpr int COLS = 32;
     float X[32];
     int off, stride;
-    __device__ void init(const float *x, int u, int units) {
+    static constexpr int XSHIFT = -1; /* consecutive threads read consecutive chunks: no staging */
+    __device__ void init(const xsrc &xs, int u, int units) {
+        const float *x = xs.g;
         off = 16 * u;
         stride = 16 * units;
 #pragma unroll
@@ -140,7 +170,9 @@ template <int TY> struct unit_half {
     static constexpr int COLS = 64;
     float X[64];
     int off, stride;
-    __device__ void init(const float *x, int u, int units) {
+    static constexpr int XSHIFT = -1;
+    __device__ void init(const xsrc &xs, int u, int units) {
+        const float *x = xs.g;
         off = 16 * u;
         stride = 16 * units;
 #pragma unroll
@@ -180,10 +212,10 @@ template <> struct unit<NF_TYPE_Q8_0> {
     static constexpr int COLS = 64;
     float X[64];
     int off;
-    __device__ void init(const float *x, int u, int) {
+    static constexpr int XSHIFT = 4;
+    __device__ void init(const xsrc &xs, int u, int) {
         off = 68 * u;
-#pragma unroll
-        for (int i = 0; i < 64; i++) X[i] = x[64 * u + i];
+        xs.run<16>(16 * u, X);
     }
     /* the 4 bytes of word w hold values e .. e+3 */
     template <int E0, int K0, int K1>
@@ -229,11 +261,13 @@ template <> struct unit<NF_TYPE_Q4_K> {
     float XL[32], XH[32];
     float sum_lo, sum_hi, pw0, pw1;
     int off, p;
-    __device__ void init(const float *x, int u, int) {
+    static constexpr int XSHIFT = 4;
+    __device__ void init(const xsrc &src, int u, int) {
         const int b = u >> 2;
         p = u & 3;
         off = 144 * b;
-        const float *xs = x + 256 * b + 64 * p;
+        float xs[64]; /* values 256b + 64p + l = 64u + l */
+        src.run<16>(16 * u, xs);
         float amax = 0.f;
 #pragma unroll
         for (int l = 0; l < 64; l++) amax = fmaxf(amax, fabsf(xs[l]));
@@ -287,17 +321,16 @@ template <> struct unit<NF_TYPE_Q6_K> {
     static constexpr int COLS = 64;
     float X[64];
     int base, sh, n, h;
-    __device__ void init(const float *x, int u, int) {
+    static constexpr int XSHIFT = 4;
+    __device__ void init(const xsrc &xs, int u, int) {
         const int b = u >> 2;
         n = (u >> 1) & 1;
         h = u & 1;
         sh = 16 * (b & 1);
         base = 210 * b - 2 * (b & 1); /* the aligned word at or 2 bytes before the block */
-        const float *xs = x + 256 * b + 128 * n + 16 * h;
+        /* values 256b + 128n + 16h + 32qq + i: 4 chunks at chunk 64b + 32n + 4h + 8qq */
 #pragma unroll
-        for (int qq = 0; qq < 4; qq++)
-#pragma unroll
-            for (int i = 0; i < 16; i++) X[16 * qq + i] = xs[32 * qq + i];
+        for (int qq = 0; qq < 4; qq++) xs.run<4>(64 * b + 32 * n + 4 * h + 8 * qq, X + 16 * qq);
     }
     __device__ float dot(const uint8_t *row, const uint8_t *) const {
         const uint8_t *blk = row + base; /* 4-byte aligned, 0 or 2 bytes before the block */
@@ -347,17 +380,21 @@ template <> struct unit<NF_TYPE_Q2_K> {
     float X[64], XS[4];
     float pw0, pw1;
     int blk, n, h;
-    __device__ void init(const float *x, int u, int) {
+    static constexpr int XSHIFT = 4;
+    __device__ void init(const xsrc &src, int u, int) {
         const int b = u >> 2;
         n = (u >> 1) & 1;
         h = u & 1;
         blk = 84 * b;
-        const float *xs = x + 256 * b + 128 * n + 16 * h;
+        /* values 256b + 128n + 16h + 32k + i (k < 4, i < 16): v[16k + i] */
+        float v[64];
+#pragma unroll
+        for (int k = 0; k < 4; k++) src.run<4>(64 * b + 32 * n + 4 * h + 8 * k, v + 16 * k);
         float amax = 0.f;
 #pragma unroll
         for (int k = 0; k < 4; k++)
 #pragma unroll
-            for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(xs[32 * k + i]));
+            for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[16 * k + i]));
         const int E = code_exp(amax);
         pw0 = pow2f(E / 2);
         pw1 = pow2f(E - E / 2);
@@ -366,8 +403,8 @@ template <> struct unit<NF_TYPE_Q2_K> {
             float s = 0.f;
 #pragma unroll
             for (int i = 0; i < 16; i++) {
-                X[16 * k + i] = ldexp2(xs[32 * k + i], 149 - 2 * k - 8 * (i & 1) - E);
-                s += xs[32 * k + i];
+                X[16 * k + i] = ldexp2(v[16 * k + i], 149 - 2 * k - 8 * (i & 1) - E);
+                s += v[16 * k + i];
             }
             XS[k] = ldexp2(s, 149 - 4 - 8 * (k & 1) - E);
         }
@@ -415,13 +452,15 @@ template <> struct unit<NF_TYPE_IQ2_XXS> {
     float X[32];
     float pw0, pw1;
     int blk, base, sh;
-    __device__ void init(const float *x, int u, int) {
+    static constexpr int XSHIFT = 3;
+    __device__ void init(const xsrc &src, int u, int) {
         const int b = u >> 3, g = u & 7;
         const int odd = !(b & 1); /* group bytes start at 66b + 2 + 8g: 4-aligned for odd b */
         sh = 16 * odd;
         blk = 66 * b;
         base = blk + 2 + 8 * g - 2 * odd;
-        const float *xs = x + 256 * b + 32 * g;
+        float xs[32]; /* values 256b + 32g + i = 32u + i */
+        src.run<8>(8 * u, xs);
         float amax = 0.f;
 #pragma unroll
         for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xs[i]));
@@ -472,6 +511,7 @@ struct gemv_params {
     int64_t nbatches;
     int stage_bytes;         /* batch_rows * row_bytes */
     int nst;                 /* stages: nst - 1 batches in flight while one is decoded */
+    int stage_x, xchunks;    /* copy the activation row (xchunks 16-byte chunks) through the last stage */
 };
 
 /* The R partial sums of a warp, reduced across its 32 lanes: afterwards lane l holds the sum of row
@@ -540,7 +580,18 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
     const int g = tid / p.tpr, u = tid % p.tpr;
     const bool active = u < p.units;
     unit<TY> U;
-    if (active) U.init(p.x + (size_t)(v / p.xdiv) * p.ldx, u, p.units);
+    xsrc xs = {p.x + (size_t)(v / p.xdiv) * p.ldx, nullptr, unit<TY>::XSHIFT};
+    /* the activation row through shared memory (see xsrc), in the last stage: the loop below fills it first */
+    const bool stage_x = unit<TY>::XSHIFT >= 0 && p.stage_x;
+    if (stage_x) {
+        float4 *dst = (float4 *)(stage + (size_t)(nst - 1) * p.stage_bytes);
+        const float4 *src = (const float4 *)xs.g;
+        for (int c = tid; c < p.xchunks; c += nthreads) dst[c ^ ((c >> unit<TY>::XSHIFT) & 7)] = src[c];
+        xs.s = dst;
+        __syncthreads();
+    }
+    if (active) U.init(xs, u, p.units);
+    if (stage_x) __syncthreads(); /* every thread has its values before the stage is refilled */
 
     int k = 0;
     for (int64_t b = b0; b < p.nbatches; b += bstep, k++) {
@@ -717,6 +768,16 @@ static int env_int(const char *name, long lo, long hi, long *out) {
     return 0;
 }
 
+/* NF_GEMV_STAGE_X=off reads the activations straight from global memory (A/B of the staging) */
+static int getenv_stage_x(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("NF_GEMV_STAGE_X");
+        on = !(e && !strcmp(e, "off"));
+    }
+    return on;
+}
+
 static const stream_kernels *kernels_of(uint32_t type) {
     for (int i = 0; i < N_STREAM; i++)
         if (k_stream[i].type == type) return &k_stream[i];
@@ -882,6 +943,10 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         p.nbatches = (j->rows + p.batch_rows - 1) / p.batch_rows;
         p.stage_bytes = (int)pl.stage;
         p.nst = pl.nst;
+        /* staging needs the row in one stage and 16-byte aligned activation rows */
+        p.xchunks = (int)(j->cols / 4);
+        p.stage_x = (size_t)j->cols * sizeof(float) <= pl.stage && (uintptr_t)j->x % 16 == 0 &&
+                    (j->ldx * (int64_t)sizeof(float)) % 16 == 0 && getenv_stage_x();
         /* one wave: as many CTAs as fit on the device at once, shared among the problems */
         int64_t per_prob = (int64_t)g_sms * pl.per_sm / nprob;
         if (per_prob > p.nbatches) per_prob = p.nbatches;

@@ -17,15 +17,19 @@
  * Kernels launched without the attribute (nf_launch with PDL off, the bench kernels) see both as no-ops.
  * Copies, memsets and stream-ordered allocations between kernels keep plain stream order.
  *
- * NF_CUDA_PDL=off launches every kernel in plain stream order (for A/B runs and bisecting). */
+ * NF_CUDA_PDL=off launches every kernel in plain stream order (for A/B runs and bisecting); the default, decode,
+ * uses PDL in forwards of up to NF_CUDA_GEMV_MAX_VECTORS tokens only (on the H200 it made decode faster and
+ * prefill slower: docs/benchmarks.md). */
 #ifndef NF_CUDA_LAUNCH_H
 #define NF_CUDA_LAUNCH_H
 
 #include <cuda_runtime.h>
 #include <utility>
 
-/* 1 unless NF_CUDA_PDL=off (read once) */
+/* 1 when the next launches may use PDL (NF_CUDA_PDL and the current forward's size; cuda_launch.cu) */
 int nf_cuda_pdl_enabled(void);
+/* a forward of T tokens starts (NF_CUDA_PDL=decode uses PDL for decode-sized forwards only) */
+void nf_cuda_pdl_forward(int T);
 
 __device__ __forceinline__ void nf_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
