@@ -26,8 +26,8 @@
  * float q would. This needs denormals honoured (no --use_fast_math / -ftz=true). Signed 8-bit and 6-bit codes go
  * through the 2^23 magic number (byte_perm + one FADD, exact).
  *
- * Shapes the streaming kernel does not take (nf_cuda_gemv_streams) run on gemv_plain: one warp per row, lane l
- * owns blocks l, l+32, ..., activations read through the cache. */
+ * Shapes the streaming kernel does not take (nf_cuda_gemv_streams) run on gemv_plain: a group of up to 32 lanes
+ * per row, lane l of the group owns blocks l, l+lanes, ..., activations read through the cache. */
 #include "cuda/cuda_gemv.h"
 #include "cuda/cuda_launch.h"
 
@@ -723,20 +723,24 @@ template <> __device__ float plain_block<NF_TYPE_IQ2_XXS>(const uint8_t *row, in
     return r;
 }
 
+/* A group of `lanes` lanes (a power of two, 1..32) per row, 32 / lanes rows per warp: rows of fewer than 32 blocks
+ * (e.g. a 128-wide Q8_0 row, 4 blocks) keep every lane busy. The butterfly runs over the group only; the lanes it
+ * leaves out would only have added zeros, so a row's sum is the same as with 32 lanes. */
 template <int TY>
-__global__ void gemv_plain(const gemv_params p, int64_t nblocks) {
+__global__ void gemv_plain(const gemv_params p, int64_t nblocks, int lanes) {
     NF_PDL_ENTER();
-    const int64_t r = (int64_t)blockIdx.x * 4 + threadIdx.y;
-    if (r >= p.rows) return;
+    const int lane = threadIdx.x, l = lane & (lanes - 1);
+    const int64_t r = ((int64_t)blockIdx.x * 4 + threadIdx.y) * (32 / lanes) + lane / lanes;
     const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
-    const int slice = p.ids ? p.ids[v] : v % p.smod;
-    const uint8_t *row = p.w[mat] + (size_t)slice * p.slice_bytes + (size_t)r * p.row_bytes;
-    const float *x = p.x + (size_t)(v / p.xdiv) * p.ldx;
     float s = 0.f;
-    for (int64_t i = threadIdx.x; i < nblocks; i += 32) s += plain_block<TY>(row, i, x);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x == 0) p.y[mat][(size_t)v * p.ldy + r] = s;
+    if (r < p.rows) {
+        const int slice = p.ids ? p.ids[v] : v % p.smod;
+        const uint8_t *row = p.w[mat] + (size_t)slice * p.slice_bytes + (size_t)r * p.row_bytes;
+        const float *x = p.x + (size_t)(v / p.xdiv) * p.ldx;
+        for (int64_t i = l; i < nblocks; i += lanes) s += plain_block<TY>(row, i, x);
+    }
+    for (int o = lanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (l == 0 && r < p.rows) p.y[mat][(size_t)v * p.ldy + r] = s;
 }
 
 /* ---- host side ---- */
@@ -954,17 +958,20 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         stream_fn k = pl.k;
         nf_launch(k, dim3((unsigned)per_prob, (unsigned)nprob), dim3((unsigned)pl.threads), pl.smem, s, p);
     } else {
-        const dim3 block(32, 4), grid((unsigned)((j->rows + 3) / 4), (unsigned)nprob);
         const int64_t nb = j->cols / ti->block_size;
+        int lanes = 1;
+        while (lanes < 32 && lanes < nb) lanes *= 2;
+        const int64_t rows_per_cta = 4 * (32 / lanes);
+        const dim3 block(32, 4), grid((unsigned)((j->rows + rows_per_cta - 1) / rows_per_cta), (unsigned)nprob);
         switch (j->type) {
-        case NF_TYPE_F32: nf_launch(gemv_plain<NF_TYPE_F32>, grid, block, 0, s, p, nb); break;
-        case NF_TYPE_F16: nf_launch(gemv_plain<NF_TYPE_F16>, grid, block, 0, s, p, nb); break;
-        case NF_TYPE_BF16: nf_launch(gemv_plain<NF_TYPE_BF16>, grid, block, 0, s, p, nb); break;
-        case NF_TYPE_Q8_0: nf_launch(gemv_plain<NF_TYPE_Q8_0>, grid, block, 0, s, p, nb); break;
-        case NF_TYPE_Q4_K: nf_launch(gemv_plain<NF_TYPE_Q4_K>, grid, block, 0, s, p, nb); break;
-        case NF_TYPE_Q6_K: nf_launch(gemv_plain<NF_TYPE_Q6_K>, grid, block, 0, s, p, nb); break;
-        case NF_TYPE_Q2_K: nf_launch(gemv_plain<NF_TYPE_Q2_K>, grid, block, 0, s, p, nb); break;
-        case NF_TYPE_IQ2_XXS: nf_launch(gemv_plain<NF_TYPE_IQ2_XXS>, grid, block, 0, s, p, nb); break;
+        case NF_TYPE_F32: nf_launch(gemv_plain<NF_TYPE_F32>, grid, block, 0, s, p, nb, lanes); break;
+        case NF_TYPE_F16: nf_launch(gemv_plain<NF_TYPE_F16>, grid, block, 0, s, p, nb, lanes); break;
+        case NF_TYPE_BF16: nf_launch(gemv_plain<NF_TYPE_BF16>, grid, block, 0, s, p, nb, lanes); break;
+        case NF_TYPE_Q8_0: nf_launch(gemv_plain<NF_TYPE_Q8_0>, grid, block, 0, s, p, nb, lanes); break;
+        case NF_TYPE_Q4_K: nf_launch(gemv_plain<NF_TYPE_Q4_K>, grid, block, 0, s, p, nb, lanes); break;
+        case NF_TYPE_Q6_K: nf_launch(gemv_plain<NF_TYPE_Q6_K>, grid, block, 0, s, p, nb, lanes); break;
+        case NF_TYPE_Q2_K: nf_launch(gemv_plain<NF_TYPE_Q2_K>, grid, block, 0, s, p, nb, lanes); break;
+        case NF_TYPE_IQ2_XXS: nf_launch(gemv_plain<NF_TYPE_IQ2_XXS>, grid, block, 0, s, p, nb, lanes); break;
         }
     }
     cudaError_t e = cudaGetLastError();

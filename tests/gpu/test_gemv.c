@@ -451,6 +451,10 @@ int nf_gpu_test_gemv(int bench) {
         {"x_range", 64, 4096, 1, 1, 1, 1, 1, 0, 1, 0, 64, 1},
         {"x_zero", 16, 4096, 1, 1, 1, 1, 1, 0, 2, 0, 16, 1},
         {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1},
+        /* rows of 1-4 blocks that are not 16-byte multiples (glm53's 128-wide Q8_0 gate expansions): the plain
+         * kernel with 4- and 1-lane groups per row */
+        {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
+        {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
     };
     const job_case tiny[] = {
         {"256x4096", 256, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 256, 1},
@@ -465,6 +469,10 @@ int nf_gpu_test_gemv(int bench) {
         {"x_range", 40, 4096, 1, 1, 1, 1, 1, 0, 1, 0, 40, 1},
         {"x_zero", 8, 4096, 1, 1, 1, 1, 1, 0, 2, 0, 8, 1},
         {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1},
+        /* rows of 1-4 blocks that are not 16-byte multiples (glm53's 128-wide Q8_0 gate expansions): the plain
+         * kernel with 4- and 1-lane groups per row */
+        {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
+        {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
     };
     const job_case *cases = small ? tiny : full;
     const int ncases = small ? (int)(sizeof tiny / sizeof tiny[0]) : (int)(sizeof full / sizeof full[0]);
