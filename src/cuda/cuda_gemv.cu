@@ -498,8 +498,8 @@ template <> struct unit<NF_TYPE_IQ2_XXS> {
 
 /* ---- the streaming kernel ---- */
 struct gemv_params {
-    const uint8_t *w[2];
-    float *y[2];
+    const uint8_t *w[NF_CUDA_GEMV_MAX_MATS];
+    float *y[NF_CUDA_GEMV_MAX_MATS];
     size_t row_bytes, slice_bytes;
     int64_t rows;
     const float *x;
@@ -824,6 +824,13 @@ extern "C" int nf_cuda_gemv_supports(uint32_t type) { return kernels_of(type) !=
  * stages are chosen, for each (format, row length, largest R the job's size allows), to keep at least
  * GEMV_FLIGHT_GOAL (or NF_GEMV_FLIGHT) bytes in flight per SM at the occupancy the runtime computes (registers, shared memory),
  * then to hold the most CTAs per SM, then to take the largest batches (fewer barriers per byte). */
+/* matrices of a job: the leading non-NULL w[] */
+static int job_mats(const nf_gemv_job *j) {
+    int n = 0;
+    while (n < NF_CUDA_GEMV_MAX_MATS && j->w[n]) n++;
+    return n;
+}
+
 struct stream_plan {
     int units, tpr, G, R, threads, nst, per_sm;
     size_t stage, smem;
@@ -836,7 +843,9 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     const stream_kernels *ks = kernels_of(j->type);
     const size_t rb = nf_row_bytes(j->type, j->cols);
     if (!ks || rb == 0 || j->cols % ks->cols) return 0;
-    if (rb % 16 || j->slice_bytes % 16 || ((uintptr_t)j->w[0] % 16) || (j->w[1] && (uintptr_t)j->w[1] % 16)) return 0;
+    if (rb % 16 || j->slice_bytes % 16) return 0;
+    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS && j->w[m]; m++)
+        if ((uintptr_t)j->w[m] % 16) return 0;
     pl->units = (int)(j->cols / ks->cols);
     if (pl->units > GEMV_MAX_THREADS) return 0;
     pl->tpr = (pl->units + 31) / 32 * 32;
@@ -845,7 +854,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     pl->threads = pl->G * pl->tpr;
     if ((size_t)pl->G * rb > GEMV_STAGE_MAX) return 0;
     /* a small job keeps at least two batches per SM where it can (more CTAs busy, a shorter tail) */
-    const int64_t nprob = (int64_t)(j->w[1] ? 2 : 1) * j->nvec, sms = g_sms > 0 ? g_sms : 132;
+    const int64_t nprob = (int64_t)job_mats(j) * j->nvec, sms = g_sms > 0 ? g_sms : 132;
     int rmax = g_rmax_override ? g_rmax_override : 8;
     while (rmax > 1 && nprob * ((j->rows + pl->G * rmax - 1) / (pl->G * rmax)) < 2 * sms) rmax /= 2;
     static struct {
@@ -916,16 +925,18 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     if (!ks) return nf_fail("cuda gemv: type %s unsupported", ti->name ? ti->name : "?");
     if (j->cols <= 0 || j->cols % ti->block_size) return nf_fail("cuda gemv: row length %lld does not fit %s", (long long)j->cols, ti->name);
     if (j->nvec <= 0 || j->rows <= 0) return 0;
-    if (!j->w[0] || !j->y[0] || !j->x || (j->w[1] && !j->y[1])) return nf_fail("cuda gemv: missing pointer");
+    const int nmat = job_mats(j);
+    if (!nmat || !j->x) return nf_fail("cuda gemv: missing pointer");
+    for (int m = 0; m < nmat; m++)
+        if (!j->y[m]) return nf_fail("cuda gemv: missing output %d", m);
     if (!g_sms && nf_cuda_gemv_init() < 0) return -1;
-    const int nmat = j->w[1] ? 2 : 1;
     if ((int64_t)nmat * j->nvec > 65535) return nf_fail("cuda gemv: %d vectors x %d matrices is too many for one launch", j->nvec, nmat);
     gemv_params p;
     memset(&p, 0, sizeof p);
-    p.w[0] = (const uint8_t *)j->w[0];
-    p.w[1] = (const uint8_t *)(j->w[1] ? j->w[1] : j->w[0]);
-    p.y[0] = j->y[0];
-    p.y[1] = j->y[1] ? j->y[1] : j->y[0];
+    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++) {
+        p.w[m] = (const uint8_t *)j->w[m < nmat ? m : 0];
+        p.y[m] = j->y[m < nmat ? m : 0];
+    }
     p.row_bytes = nf_row_bytes(j->type, j->cols);
     p.slice_bytes = j->slice_bytes;
     p.rows = j->rows;

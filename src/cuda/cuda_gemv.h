@@ -7,8 +7,9 @@
  * out of the block sums (d * sc * sum q x - dmin * m * sum x) — the same real number as summing
  * nf_dequantize(w) * x, rounded differently only (see cuda_gemv.cu).
  *
- * A job is up to two matrices of one shape (gate and up) times nvec vectors in ONE launch; vector v uses matrix
- * ids[v] (routed experts) or v % smod (per-head matrices of a 3-D tensor) and activation row v / xdiv.
+ * A job is up to NF_CUDA_GEMV_MAX_MATS matrices of one shape (gate and up; KDA's q, k and v) times nvec vectors in
+ * ONE launch; vector v uses matrix ids[v] (routed experts) or v % smod (per-head matrices of a 3-D tensor) and
+ * activation row v / xdiv.
  *
  * C API (callable from the C library and the tests). Returns 0, or -1 with nf_error(). */
 #ifndef NF_CUDA_GEMV_H
@@ -24,13 +25,15 @@ extern "C" {
 /* The CUDA backend sends products of at most this many vectors here (decode, the routed experts of a token, a
  * short verify); more go to its prefill kernels. */
 #define NF_CUDA_GEMV_MAX_VECTORS 8
+/* matrices of one shape in one job */
+#define NF_CUDA_GEMV_MAX_MATS 4
 
 typedef struct nf_gemv_job {
     uint32_t type;          /* nf_type of the weights */
     int64_t rows, cols;     /* of one matrix */
     size_t slice_bytes;     /* bytes between the matrices of a 3-D tensor (used with ids or smod > 1) */
-    const void *w[2];       /* device weights; w[1] NULL for one matrix. Both have the same type and shape */
-    float *y[2];            /* outputs of w[0] and w[1] */
+    const void *w[NF_CUDA_GEMV_MAX_MATS]; /* device weights, the used ones first, then NULL; same type and shape */
+    float *y[NF_CUDA_GEMV_MAX_MATS];       /* outputs of w[0], w[1], ... */
     const float *x;         /* device activations, row r at x + r * ldx */
     int64_t ldx;
     int xdiv;               /* vector v reads activation row v / xdiv (<= 1: row v) */

@@ -139,9 +139,9 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
 
     float *u = hist + (size_t)rows * width;
     nf_cuda_mat mq = nf_cuda_mat_of(c, &L->kda_q), mk = nf_cuda_mat_of(c, &L->kda_k), mv = nf_cuda_mat_of(c, &L->kda_v);
-    if (nf_cuda_matmul(c, &mq, x, T, n, u, width) < 0 || nf_cuda_matmul(c, &mk, x, T, n, u + inner, width) < 0 ||
-        nf_cuda_matmul(c, &mv, x, T, n, u + 2 * inner, width) < 0)
-        return -1;
+    const nf_cuda_mat *wqkv[3] = {&mq, &mk, &mv};
+    float *yqkv[3] = {u, u + inner, u + 2 * inner};
+    if (nf_cuda_matmul_same(c, wqkv, 3, x, n, 1, nullptr, yqkv, width, T) < 0) return -1;
     if (rows > 0) NF_CU(cudaMemcpyAsync(hist, LS->conv, (size_t)rows * width * sizeof(float), cudaMemcpyDeviceToDevice, s));
     nf_launch(kda_conv_kernel, blocks_for((int64_t)T * width), 256, 0, s, hist, T, K, inner, wq, wk, wv, qkv);
     NF_LAUNCHED();

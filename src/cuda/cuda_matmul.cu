@@ -161,6 +161,40 @@ __global__ void embed_kernel(const uint8_t *w, size_t row_bytes, int64_t n, cons
     }
 }
 
+int nf_cuda_matmul_same(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *x, int64_t ldx, int xdiv,
+                        const int32_t *ids, float *const *y, int64_t ldy, int nvec) {
+    int same = nvec <= NF_CUDA_GEMV_MAX_VECTORS && nmat <= NF_CUDA_GEMV_MAX_MATS;
+    for (int m = 1; m < nmat && same; m++)
+        same = w[m]->type == w[0]->type && w[m]->n == w[0]->n && w[m]->rows == w[0]->rows &&
+               w[m]->slice_bytes == w[0]->slice_bytes && w[m]->w;
+    if (!same || nmat < 2) {
+        for (int m = 0; m < nmat; m++)
+            if (nf_cuda_matmul_ex(c, w[m], x, ldx, xdiv, 1, ids, y[m], ldy, nvec) < 0) return -1;
+        return 0;
+    }
+    if (nvec <= 0 || w[0]->rows <= 0) return 0;
+    if (!w[0]->w) return nf_fail("cuda matmul: missing weight");
+    nf_gemv_job j;
+    memset(&j, 0, sizeof j);
+    j.type = w[0]->type;
+    j.rows = w[0]->rows;
+    j.cols = w[0]->n;
+    j.slice_bytes = w[0]->slice_bytes;
+    for (int m = 0; m < nmat; m++) {
+        j.w[m] = w[m]->w;
+        j.y[m] = y[m];
+    }
+    j.x = x;
+    j.ldx = ldx;
+    j.xdiv = xdiv;
+    j.ids = ids;
+    j.ldy = ldy;
+    j.nvec = nvec;
+    if (nf_cuda_gemv_run(&j, c->stream) < 0) return -1;
+    if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
 int nf_cuda_embed_rows(nf_cuda *c, const nf_cuda_mat *w, const int32_t *tokens, int T, int copies, float *X) {
     if (T <= 0) return 0;
     cudaStream_t s = c->stream;

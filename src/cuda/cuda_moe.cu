@@ -11,32 +11,12 @@
 #include "cuda/cuda_launch.h"
 #include "cuda/cuda_internal.h"
 
-/* a = G x, b = U x for nvec vectors (matmul_ex's arguments): for decode-sized products one launch of
- * cuda_gemv.cu for both matrices (the same kernel, hence the same values, as two products) */
+/* a = G x, b = U x for nvec vectors (matmul_ex's arguments): one decode launch for both when they fit */
 static int gate_up(nf_cuda *c, const nf_cuda_mat *g, const nf_cuda_mat *u, const float *x, int64_t ldx, int xdiv,
                    const int32_t *ids, float *a, float *b, int64_t ldy, int nvec) {
-    if (nvec > NF_CUDA_GEMV_MAX_VECTORS || g->type != u->type || g->n != u->n || g->rows != u->rows || g->slice_bytes != u->slice_bytes)
-        return nf_cuda_matmul_ex(c, g, x, ldx, xdiv, 1, ids, a, ldy, nvec) < 0 ||
-                       nf_cuda_matmul_ex(c, u, x, ldx, xdiv, 1, ids, b, ldy, nvec) < 0
-                   ? -1
-                   : 0;
-    nf_gemv_job j;
-    memset(&j, 0, sizeof j);
-    j.type = g->type;
-    j.rows = g->rows;
-    j.cols = g->n;
-    j.slice_bytes = g->slice_bytes;
-    j.w[0] = g->w;
-    j.w[1] = u->w;
-    j.y[0] = a;
-    j.y[1] = b;
-    j.x = x;
-    j.ldx = ldx;
-    j.xdiv = xdiv;
-    j.ids = ids;
-    j.ldy = ldy;
-    j.nvec = nvec;
-    return nf_cuda_gemv_run(&j, c->stream);
+    const nf_cuda_mat *w[2] = {g, u};
+    float *y[2] = {a, b};
+    return nf_cuda_matmul_same(c, w, 2, x, ldx, xdiv, ids, y, ldy, nvec);
 }
 
 static int mlp(nf_cuda *c, const nf_tensor *tg, const nf_tensor *tu, const nf_tensor *td, const float *x, int T,

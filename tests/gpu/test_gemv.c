@@ -150,8 +150,8 @@ static int check_case(uint32_t type, const job_case *jc) {
     j.smod = jc->smod;
     j.ldy = ldy;
     j.nvec = jc->nvec;
-    uint8_t *dw[2] = {NULL, NULL};
-    float *dy[2] = {NULL, NULL}, *dx;
+    uint8_t *dw[NF_CUDA_GEMV_MAX_MATS] = {NULL};
+    float *dy[NF_CUDA_GEMV_MAX_MATS] = {NULL}, *dx;
     int32_t *dids = NULL;
     const size_t ybytes = sizeof(float) * ((size_t)jc->nvec * ldy + 64);
     for (int m = 0; m < jc->nmat; m++) {
@@ -455,6 +455,9 @@ int nf_gpu_test_gemv(int bench) {
          * kernel with 4- and 1-lane groups per row */
         {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
         {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
+        /* three matrices of one shape in one launch (KDA's q, k, v) */
+        {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1},
+        {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1},
     };
     const job_case tiny[] = {
         {"256x4096", 256, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 256, 1},
@@ -473,6 +476,9 @@ int nf_gpu_test_gemv(int bench) {
          * kernel with 4- and 1-lane groups per row */
         {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
         {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
+        /* three matrices of one shape in one launch (KDA's q, k, v) */
+        {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1},
+        {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1},
     };
     const job_case *cases = small ? tiny : full;
     const int ncases = small ? (int)(sizeof tiny / sizeof tiny[0]) : (int)(sizeof full / sizeof full[0]);
