@@ -106,7 +106,11 @@ int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t 
     const nf_type_info *ti = nf_type_get(w->type);
     if (!nf_cuda_mat_supported(w->type)) return nf_fail("cuda matmul: type %s unsupported", ti->name ? ti->name : "?");
     if (w->n % ti->block_size) return nf_fail("cuda matmul: row length %lld", (long long)w->n);
-    if (nvec <= NF_CUDA_GEMV_MAX_VECTORS) { /* decode: the streaming products of cuda_gemv.cu (weights read once) */
+    /* decode: the streaming products of cuda_gemv.cu (weights read once). Per-head matrices (smod > 1: MLA's
+     * absorbed k_b / v_b, one vector per head and token) go there too while each matrix meets at most
+     * NF_CUDA_GEMV_MAX_VECTORS vectors: 64 heads x 1 token is 64 small independent products, not a GEMM */
+    const int per_matrix = smod > 1 && !ids ? (nvec + smod - 1) / smod : nvec;
+    if (per_matrix <= NF_CUDA_GEMV_MAX_VECTORS) {
         if (nf_cuda_gemv_ex(w->type, w->w, w->rows, w->n, w->slice_bytes, x, ldx, xdiv, smod, ids, y, ldy, nvec, c->stream) < 0)
             return -1;
         if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
