@@ -90,6 +90,13 @@ static int cu_to_host(nf_backend *be, void *dst, const void *src, size_t bytes) 
     return 0;
 }
 
+/* pageable source: the copy has left the host buffer when it returns; later kernels on the stream see it */
+static int cu_from_host(nf_backend *be, void *dst, const void *src, size_t bytes) {
+    nf_cuda *c = nf_cuda_of(be);
+    NF_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    return 0;
+}
+
 static int cu_embed(nf_backend *be, const int32_t *tokens, int T, float *X) {
     nf_cuda_pdl_forward(T); /* the first op of every forward: its size picks the launch mode */
     nf_cuda *c = nf_cuda_of(be);
@@ -290,6 +297,7 @@ extern "C" nf_backend *nf_backend_cuda_create(const nf_model *m, int device) {
     be->alloc = cu_alloc;
     be->release = cu_release;
     be->to_host = cu_to_host;
+    be->from_host = cu_from_host;
     be->embed = cu_embed;
     be->hc_pre = nf_cuda_hc_pre;
     be->hc_post = nf_cuda_hc_post;

@@ -208,7 +208,7 @@ int nf_cuda_dense_mlp(nf_backend *be, int il, const float *x, int T, float *y);
 int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y);
 
 /* ---- state (cuda_state.cu) ---- */
-nf_state *nf_cuda_state_create(nf_backend *be, int64_t cap);
+nf_state *nf_cuda_state_create(nf_backend *be, int64_t cap, int layer_begin, int layer_end);
 /* The state must be this backend's device state: checks and returns 0, or -1 with nf_fail. */
 int nf_cuda_state_check(const nf_state *st);
 

@@ -6,6 +6,7 @@
  * span, writing the host fill's bits; nf_state_restore between a device and a host state copies across (and waits for the copy),
  * which is how tests compare a GPU state with the CPU's.
  *
+ * A state may hold a range of the layers (a pipeline stage's, model/pipeline.h): absent layers have no arrays.
  * A device state belongs to the backend that made it and must be freed before the backend is destroyed. */
 #include <stdlib.h>
 #include "cuda/cuda_launch.h"
@@ -25,7 +26,8 @@ static int64_t pool_cap(const nf_state *st, int64_t cap) { return cap / st->kpoo
 static size_t fixed_len(const nf_state *st) {
     size_t n = 0;
     for (int l = 0; l < st->n_layer; l++)
-        n += st->L[l].kind == NF_LAYER_KDA ? conv_len(st) + s_len(st) : 2 * open_len(st);
+        n += st->L[l].kind == NF_LAYER_KDA ? conv_len(st) + s_len(st)
+             : st->L[l].kind == NF_LAYER_MLA ? 2 * open_len(st) : 0;
     return n;
 }
 static cudaStream_t stream_of(const nf_state *st) { return ((const cuda_state_dev *)st->device)->stream; }
@@ -90,7 +92,7 @@ static nf_state *create_like(const nf_state *like, cudaStream_t s, int64_t cap) 
             L->conv = dalloc(s, conv_len(st) + 1);
             L->S = dalloc(s, s_len(st));
             ok &= L->conv && L->S;
-        } else {
+        } else if (L->kind == NF_LAYER_MLA) {
             L->latent = dalloc(s, (size_t)cap * st->kv_lora);
             L->pool_key = dalloc(s, (size_t)pool_cap(st, cap) * st->idx_hd);
             L->open_key = dalloc(s, open_len(st));
@@ -107,10 +109,10 @@ static nf_state *create_like(const nf_state *like, cudaStream_t s, int64_t cap) 
     return st;
 }
 
-nf_state *nf_cuda_state_create(nf_backend *be, int64_t cap) {
+nf_state *nf_cuda_state_create(nf_backend *be, int64_t cap, int layer_begin, int layer_end) {
     nf_cuda *c = nf_cuda_of(be);
     /* a host state of the model gives the dims and layer kinds (its arrays are tiny at capacity 16) */
-    nf_state *like = nf_state_create(&c->m->hp, 16);
+    nf_state *like = nf_state_create_layers(&c->m->hp, 16, layer_begin, layer_end);
     if (!like) return nullptr;
     nf_state *st = create_like(like, c->stream, cap);
     nf_state_free(like);
@@ -143,7 +145,7 @@ static void h_reset(nf_state *st) {
         if (L->kind == NF_LAYER_KDA) {
             cudaMemsetAsync(L->conv, 0, (conv_len(st) + 1) * sizeof(float), s);
             cudaMemsetAsync(L->S, 0, s_len(st) * sizeof(float), s);
-        } else {
+        } else if (L->kind == NF_LAYER_MLA) {
             cudaMemsetAsync(L->open_key, 0, open_len(st) * sizeof(float), s);
             cudaMemsetAsync(L->open_gate, 0, open_len(st) * sizeof(float), s);
         }
@@ -202,7 +204,7 @@ static int h_restore(nf_state *dst, const nf_state *src) {
         if (S->kind == NF_LAYER_KDA) {
             NF_CU(cudaMemcpyAsync(D->conv, S->conv, conv_len(src) * f, cudaMemcpyDefault, s));
             NF_CU(cudaMemcpyAsync(D->S, S->S, s_len(src) * f, cudaMemcpyDefault, s));
-        } else {
+        } else if (S->kind == NF_LAYER_MLA) {
             NF_CU(cudaMemcpyAsync(D->latent, S->latent, (size_t)src->pos * src->kv_lora * f, cudaMemcpyDefault, s));
             NF_CU(cudaMemcpyAsync(D->pool_key, S->pool_key, (size_t)(src->pos / src->kpool) * src->idx_hd * f,
                                   cudaMemcpyDefault, s));
@@ -236,7 +238,7 @@ static int h_checkpoint(const nf_state *st, nf_state_ckpt *ck) {
         if (L->kind == NF_LAYER_KDA) {
             NF_CU(cudaMemcpyAsync(p, L->conv, conv_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += conv_len(st);
             NF_CU(cudaMemcpyAsync(p, L->S, s_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += s_len(st);
-        } else {
+        } else if (L->kind == NF_LAYER_MLA) {
             NF_CU(cudaMemcpyAsync(p, L->open_key, open_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += open_len(st);
             NF_CU(cudaMemcpyAsync(p, L->open_gate, open_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += open_len(st);
         }
@@ -262,7 +264,7 @@ static int h_rollback(nf_state *st, const nf_state_ckpt *ck) {
         if (L->kind == NF_LAYER_KDA) {
             NF_CU(cudaMemcpyAsync(L->conv, p, conv_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += conv_len(st);
             NF_CU(cudaMemcpyAsync(L->S, p, s_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += s_len(st);
-        } else {
+        } else if (L->kind == NF_LAYER_MLA) {
             NF_CU(cudaMemcpyAsync(L->open_key, p, open_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += open_len(st);
             NF_CU(cudaMemcpyAsync(L->open_gate, p, open_len(st) * f, cudaMemcpyDeviceToDevice, s)); p += open_len(st);
         }

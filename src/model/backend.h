@@ -32,6 +32,9 @@ struct nf_backend {
     void *(*alloc)(nf_backend *be, size_t bytes);
     void (*release)(nf_backend *be, void *p);
     int (*to_host)(nf_backend *be, void *dst, const void *src, size_t bytes);
+    /* host → backend memory, ordered before the blocks called after it (a pipeline stage's incoming streams;
+     * the host buffer may be reused as soon as it returns) */
+    int (*from_host)(nf_backend *be, void *dst, const void *src, size_t bytes);
 
     /* X[t][s][:] = token_embd[tokens[t]] for every stream s */
     int (*embed)(nf_backend *be, const int32_t *tokens, int T, float *X);
@@ -62,9 +65,10 @@ struct nf_backend {
 
     void (*destroy)(nf_backend *be);
 
-    /* Optional: a fresh sequence state in the backend's memory (a hooked nf_state, state.h). NULL: the
-     * blocks work on a host state (nf_state_create). Use nf_backend_state_create. */
-    nf_state *(*state_create)(nf_backend *be, int64_t cap);
+    /* Optional: a fresh sequence state in the backend's memory (a hooked nf_state, state.h) holding layers
+     * [layer_begin, layer_end). NULL: the blocks work on a host state (nf_state_create_layers). Use
+     * nf_backend_state_create / nf_backend_state_create_layers. */
+    nf_state *(*state_create)(nf_backend *be, int64_t cap, int layer_begin, int layer_end);
 
     /* Optional (speculative decoding with the MTP block; NULL where a backend has not implemented them):
      * final_hidden: hidden[T][n_embd] = RMSNorm(mean_s X[s]) * output_norm — what the head multiplies by the
@@ -91,6 +95,8 @@ void nf_backend_free(nf_backend *be);
 
 /* A fresh state for this backend: be->state_create when set, else a host state. NULL on failure. */
 nf_state *nf_backend_state_create(nf_backend *be, int64_t cap);
+/* The same, holding only layers [layer_begin, layer_end) (a pipeline stage's state, pipeline.h). */
+nf_state *nf_backend_state_create_layers(nf_backend *be, int64_t cap, int layer_begin, int layer_end);
 
 /* Width of one query's selection row: index_topk + (kpool - 1 when the tail is force-selected). This is
  * HF's top-k row width. */

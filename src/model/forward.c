@@ -14,8 +14,12 @@ void nf_backend_free(nf_backend *be) {
 }
 
 nf_state *nf_backend_state_create(nf_backend *be, int64_t cap) {
-    if (be->state_create) return be->state_create(be, cap);
-    return nf_state_create(&be->model->hp, cap);
+    return nf_backend_state_create_layers(be, cap, 0, be->model->hp.n_layer);
+}
+
+nf_state *nf_backend_state_create_layers(nf_backend *be, int64_t cap, int layer_begin, int layer_end) {
+    if (be->state_create) return be->state_create(be, cap, layer_begin, layer_end);
+    return nf_state_create_layers(&be->model->hp, cap, layer_begin, layer_end);
 }
 
 int nf_topk_width(const nf_hparams *hp) {
@@ -51,8 +55,8 @@ int nf_forward(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float
     return nf_forward_ex(be, st, tokens, T, logits, all_logits, dump, NULL);
 }
 
-static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
-                          nf_topk_dump *dump, float *hidden, int graph);
+static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, int T, const nf_forward_part *part,
+                          float *logits, int all_logits, nf_topk_dump *dump, float *hidden, int graph);
 
 int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
                   nf_topk_dump *dump, float *hidden) {
@@ -63,20 +67,40 @@ int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, fl
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return nf_fail("forward: token id %d out of range [0, %d)", tokens[t], hp->n_vocab);
     if (nf_state_reserve(st, st->pos + T) < 0) return -1;
+    const nf_forward_part whole = {.layer_begin = 0, .layer_end = hp->n_layer};
     /* a decode step as one recorded unit: only when nothing has to be read back in the middle of it */
     int graph = be->graph_begin && T == 1 && logits && !hidden && !(dump && dump->buf);
     if (graph) {
-        int r = forward_blocks(be, st, tokens, T, logits, all_logits, dump, hidden, 1);
+        int r = forward_blocks(be, st, tokens, T, &whole, logits, all_logits, dump, hidden, 1);
         if (r <= 0) return r;
         /* r == 1: the recording was not usable; nothing ran */
     }
-    return forward_blocks(be, st, tokens, T, logits, all_logits, dump, hidden, 0);
+    return forward_blocks(be, st, tokens, T, &whole, logits, all_logits, dump, hidden, 0);
 }
 
-/* The blocks of one forward. graph: bracket them with the backend's graph_begin / graph_end (returns 1 when
- * the backend could not use the recording: nothing ran, the caller redoes the step directly). */
-static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
-                          nf_topk_dump *dump, float *hidden, int graph) {
+int nf_forward_part_run(nf_backend *be, nf_state *st, const int32_t *tokens, int T, const nf_forward_part *part,
+                        float *logits, int all_logits, nf_topk_dump *dump, float *hidden) {
+    const nf_hparams *hp = &be->model->hp;
+    if (T <= 0) return nf_fail("forward: no tokens");
+    if (part->layer_begin < 0 || part->layer_end > hp->n_layer || part->layer_begin >= part->layer_end)
+        return nf_fail("forward: layer range [%d, %d) is not a non-empty part of the model's %d layers",
+                       part->layer_begin, part->layer_end, hp->n_layer);
+    if (!part->X_in && part->layer_begin != 0)
+        return nf_fail("forward: a part starting at layer %d needs its incoming streams", part->layer_begin);
+    if (!part->X_out && part->layer_end != hp->n_layer)
+        return nf_fail("forward: a part ending before the last layer (%d) must hand its streams on", part->layer_end);
+    if (part->X_in && !be->from_host)
+        return nf_fail("forward: the %s backend cannot take streams from the host (no from_host op)", be->name);
+    if (hidden && !be->final_hidden) return nf_fail("forward: the %s backend cannot return hidden states", be->name);
+    if (nf_state_reserve(st, st->pos + T) < 0) return -1;
+    return forward_blocks(be, st, tokens, T, part, logits, all_logits, dump, hidden, 0);
+}
+
+/* The blocks of one forward, or of one part of it (layers part->layer_begin..layer_end-1). graph: bracket them
+ * with the backend's graph_begin / graph_end (returns 1 when the backend could not use the recording: nothing
+ * ran, the caller redoes the step directly); only for the whole forward. */
+static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, int T, const nf_forward_part *part,
+                          float *logits, int all_logits, nf_topk_dump *dump, float *hidden, int graph) {
     const nf_model *m = be->model;
     const nf_hparams *hp = &m->hp;
     if (graph && be->graph_begin(be) < 0) return 1; /* not recording: the caller runs the step directly */
@@ -102,9 +126,19 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
         goto fail;
     }
 
-    CHECK(be->embed(be, tokens, T, b.X));
+    const size_t x_bytes = (size_t)T * hc * n * f, sel_bytes = (size_t)T * width * sizeof(int32_t);
     int mla_index = 0, have_sel = 0;
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < part->layer_begin; il++) mla_index += hp->layer_kind[il] == NF_LAYER_MLA;
+    if (part->X_in) {
+        CHECK(be->from_host(be, b.X, part->X_in, x_bytes));
+        if (part->sel_in && has_mla) {
+            CHECK(be->from_host(be, b.sel, part->sel_in, sel_bytes));
+            have_sel = 1;
+        }
+    } else {
+        CHECK(be->embed(be, tokens, T, b.X));
+    }
+    for (int il = part->layer_begin; il < part->layer_end; il++) {
         const nf_layer *L = &m->layers[il];
         /* attention site */
         CHECK(be->hc_pre(be, il, 0, b.X, T, b.h, b.mix));
@@ -140,6 +174,20 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
         CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
     }
 
+    if (part->X_out) { /* a pipeline stage before the last: the streams (and selection) go on to the next */
+        CHECK(be->to_host(be, part->X_out, b.X, x_bytes));
+        if (part->sel_out && has_mla) {
+            if (!have_sel) {
+                nf_fail("forward: layers from %d on share an indexer selection that no layer before produces",
+                        part->layer_end);
+                goto fail;
+            }
+            CHECK(be->to_host(be, part->sel_out, b.sel, sel_bytes));
+        }
+        st->pos += T;
+        release_all(be, &b);
+        return 0;
+    }
     if (hidden) { /* the trunk's final hidden states (speculative decoding: the MTP block's input) */
         float *hb = be->alloc(be, (size_t)T * n * f);
         if (!hb) {

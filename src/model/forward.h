@@ -34,6 +34,24 @@ int nf_forward(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float
 int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
                   nf_topk_dump *dump, float *hidden);
 
+/* One part of a forward: layers [layer_begin, layer_end) — what a pipeline stage runs (pipeline.h). The part
+ * starting at layer 0 embeds the tokens, a later one starts from the streams X_in; a part ending before the
+ * last layer copies its streams out to X_out, the last one runs the head (logits / hidden as in nf_forward_ex).
+ * sel_in / sel_out carry the latest full indexer layer's selection across parts, for a shared-indexer layer
+ * whose full layer ran in an earlier part. All of them are host buffers. */
+typedef struct {
+    int layer_begin, layer_end;
+    const float *X_in;      /* [T][hc][n_embd] entering layer_begin; NULL: embed the tokens (layer_begin 0) */
+    float *X_out;           /* [T][hc][n_embd] after layer_end-1; NULL: run the head (layer_end = n_layer) */
+    const int32_t *sel_in;  /* [T][nf_topk_width] entering the part; NULL: none */
+    int32_t *sel_out;       /* [T][nf_topk_width] the latest selection after the part; NULL: not needed */
+} nf_forward_part;
+
+/* Run T tokens through one part, advancing st->pos by T (st holds at least the part's layers). The caller
+ * checks the token ids (nf_forward_ex does it for the whole forward). */
+int nf_forward_part_run(nf_backend *be, nf_state *st, const int32_t *tokens, int T, const nf_forward_part *part,
+                        float *logits, int all_logits, nf_topk_dump *dump, float *hidden);
+
 /* Prefill n tokens in chunks of `chunk` (<= 0: one call). logits as in nf_forward over all n tokens
  * ([n][n_vocab] when all_logits). */
 int nf_prefill(nf_backend *be, nf_state *st, const int32_t *tokens, int64_t n, int chunk, float *logits,

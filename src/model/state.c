@@ -12,7 +12,14 @@ static size_t s_len(const nf_state *st) { return (size_t)st->kda_heads * st->kda
 static size_t open_len(const nf_state *st) { return (size_t)st->kpool * st->idx_hd; }
 static int64_t pool_cap(const nf_state *st, int64_t cap) { return cap / st->kpool + 1; }
 
-nf_state *nf_state_create(const nf_hparams *hp, int64_t cap) {
+nf_state *nf_state_create(const nf_hparams *hp, int64_t cap) { return nf_state_create_layers(hp, cap, 0, hp->n_layer); }
+
+nf_state *nf_state_create_layers(const nf_hparams *hp, int64_t cap, int layer_begin, int layer_end) {
+    if (layer_begin < 0 || layer_end > hp->n_layer || layer_begin >= layer_end) {
+        nf_fail("state: layer range [%d, %d) is not a non-empty part of the model's %d layers", layer_begin, layer_end,
+                hp->n_layer);
+        return NULL;
+    }
     if (cap < 16) cap = 16;
     nf_state *st = calloc(1, sizeof *st);
     if (!st) { nf_fail("state: out of memory"); return NULL; }
@@ -29,7 +36,8 @@ nf_state *nf_state_create(const nf_hparams *hp, int64_t cap) {
     if (!st->L) goto oom;
     for (int l = 0; l < st->n_layer; l++) {
         nf_layer_state *L = &st->L[l];
-        L->kind = hp->layer_kind[l];
+        L->kind = l >= layer_begin && l < layer_end ? hp->layer_kind[l] : NF_STATE_LAYER_ABSENT;
+        if (L->kind == NF_STATE_LAYER_ABSENT) continue;
         if (L->kind == NF_LAYER_KDA) {
             L->conv = calloc(conv_len(st) + 1, sizeof(float));
             L->S = calloc(s_len(st), sizeof(float));
@@ -75,7 +83,7 @@ void nf_state_reset(nf_state *st) {
         if (L->kind == NF_LAYER_KDA) {
             memset(L->conv, 0, conv_len(st) * sizeof(float));
             memset(L->S, 0, s_len(st) * sizeof(float));
-        } else {
+        } else if (L->kind == NF_LAYER_MLA) {
             memset(L->open_key, 0, open_len(st) * sizeof(float));
             memset(L->open_gate, 0, open_len(st) * sizeof(float));
         }
@@ -128,10 +136,16 @@ int nf_state_restore(nf_state *dst, const nf_state *src) {
     if (dst->n_layer != src->n_layer || dst->conv_width != src->conv_width || dst->kv_lora != src->kv_lora ||
         dst->kpool != src->kpool || dst->idx_hd != src->idx_hd || dst->kda_heads != src->kda_heads)
         return nf_fail("state restore: states belong to different models");
+    for (int l = 0; l < src->n_layer; l++)
+        if (src->L[l].kind != dst->L[l].kind)
+            return nf_fail("state restore: layer %d is %s in one state and %s in the other", l,
+                           src->L[l].kind == NF_STATE_LAYER_ABSENT ? "absent" : "held",
+                           dst->L[l].kind == NF_STATE_LAYER_ABSENT ? "absent" : "held");
     if (nf_state_reserve(dst, src->pos) < 0) return -1;
     for (int l = 0; l < src->n_layer; l++) {
         const nf_layer_state *S = &src->L[l];
         nf_layer_state *D = &dst->L[l];
+        if (S->kind == NF_STATE_LAYER_ABSENT) continue;
         if (S->kind == NF_LAYER_KDA) {
             memcpy(D->conv, S->conv, conv_len(src) * sizeof(float));
             memcpy(D->S, S->S, s_len(src) * sizeof(float));
@@ -156,8 +170,14 @@ nf_state *nf_state_create_like(const nf_state *st, int64_t cap) {
     hp.kv_lora_rank = st->kv_lora;
     hp.idx_head_dim = st->idx_hd;
     hp.idx_kpool = st->kpool;
-    for (int l = 0; l < st->n_layer; l++) hp.layer_kind[l] = (uint8_t)st->L[l].kind;
-    return nf_state_create(&hp, cap);
+    int lo = st->n_layer, hi = 0; /* a state holds one contiguous range (nf_state_create_layers) */
+    for (int l = 0; l < st->n_layer; l++) {
+        if (st->L[l].kind == NF_STATE_LAYER_ABSENT) continue;
+        hp.layer_kind[l] = (uint8_t)st->L[l].kind;
+        if (l < lo) lo = l;
+        hi = l + 1;
+    }
+    return nf_state_create_layers(&hp, cap, lo, hi);
 }
 
 nf_state *nf_state_snapshot(const nf_state *st) {
@@ -174,7 +194,8 @@ nf_state *nf_state_snapshot(const nf_state *st) {
 static size_t fixed_len(const nf_state *st) {
     size_t n = 0;
     for (int l = 0; l < st->n_layer; l++)
-        n += st->L[l].kind == NF_LAYER_KDA ? conv_len(st) + s_len(st) : 2 * open_len(st);
+        n += st->L[l].kind == NF_LAYER_KDA ? conv_len(st) + s_len(st)
+             : st->L[l].kind == NF_LAYER_MLA ? 2 * open_len(st) : 0;
     return n;
 }
 
@@ -189,7 +210,7 @@ int nf_state_checkpoint(const nf_state *st, nf_state_ckpt *ck) {
         if (L->kind == NF_LAYER_KDA) {
             memcpy(p, L->conv, conv_len(st) * sizeof(float)); p += conv_len(st);
             memcpy(p, L->S, s_len(st) * sizeof(float)); p += s_len(st);
-        } else {
+        } else if (L->kind == NF_LAYER_MLA) {
             memcpy(p, L->open_key, open_len(st) * sizeof(float)); p += open_len(st);
             memcpy(p, L->open_gate, open_len(st) * sizeof(float)); p += open_len(st);
         }
@@ -215,7 +236,7 @@ int nf_state_rollback(nf_state *st, const nf_state_ckpt *ck) {
         if (L->kind == NF_LAYER_KDA) {
             memcpy(L->conv, p, conv_len(st) * sizeof(float)); p += conv_len(st);
             memcpy(L->S, p, s_len(st) * sizeof(float)); p += s_len(st);
-        } else {
+        } else if (L->kind == NF_LAYER_MLA) {
             memcpy(L->open_key, p, open_len(st) * sizeof(float)); p += open_len(st);
             memcpy(L->open_gate, p, open_len(st) * sizeof(float)); p += open_len(st);
         }

@@ -9,6 +9,10 @@
  *   layer l (MLA):  latent[pos][kv_lora]      pool_key[pos/kpool][idx_head_dim]
  *                   open_key[kpool][idx_head_dim], open_gate[kpool][idx_head_dim]  (slot = token % kpool)
  *
+ * A state may hold only a range of the layers (a pipeline stage's state, model/pipeline.h): the others have kind
+ * NF_STATE_LAYER_ABSENT and no arrays, so a stage's memory holds no cache of another stage's layers. Every
+ * operation below skips absent layers; restore and rollback require both sides to hold the same layers.
+ *
  * The latent cache and the pooled keys only ever grow (append-only); the KDA state, conv windows and the
  * open-pool rows are overwritten in place. That split gives three save/restore operations:
  *
@@ -28,8 +32,11 @@
 
 #include "model/model.h"
 
+/* nf_layer_state.kind of a layer the state does not hold (nf_state_create_layers) */
+enum { NF_STATE_LAYER_ABSENT = -1 };
+
 typedef struct {
-    int kind;               /* nf_layer_kind */
+    int kind;               /* nf_layer_kind, or NF_STATE_LAYER_ABSENT */
     /* KDA */
     float *conv;            /* [(conv-1) * 3*inner] */
     float *S;               /* [n_head * head_dim * head_dim] */
@@ -84,7 +91,11 @@ typedef struct nf_state_ckpt {
 /* A fresh state (pos 0, zero KDA state/conv, empty caches) for the model's hyperparameters. `cap` is the
  * initial token capacity (grown on demand). NULL on failure. */
 nf_state *nf_state_create(const nf_hparams *hp, int64_t cap);
-/* A fresh host state with st's dimensions and layer kinds (st may be a device state), capacity cap. */
+/* nf_state_create holding only layers [layer_begin, layer_end) (0 <= begin < end <= n_layer; the others are
+ * absent). NULL with nf_error() for a bad range. */
+nf_state *nf_state_create_layers(const nf_hparams *hp, int64_t cap, int layer_begin, int layer_end);
+/* A fresh host state with st's dimensions and layer kinds (absent layers included; st may be a device state),
+ * capacity cap. */
 nf_state *nf_state_create_like(const nf_state *st, int64_t cap);
 void nf_state_free(nf_state *st);
 /* Back to position 0 (zeroes the fixed-size arrays). */

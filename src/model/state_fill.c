@@ -44,6 +44,7 @@ void nf_state_fill_spans(const nf_state *st, int64_t to, uint64_t seed, const nf
     for (int l = 0; l < st->n_layer; l++) {
         const nf_layer_state *L = &st->L[l];
         const nf_state_fill_rms *r = &sc->L[l];
+        if (L->kind == NF_STATE_LAYER_ABSENT) continue;
         if (L->kind == NF_LAYER_KDA) {
             const uint64_t s_n = (uint64_t)st->kda_heads * st->kda_hd * st->kda_hd;
             const uint64_t c_n = (uint64_t)st->conv_rows * st->conv_width;
@@ -116,6 +117,7 @@ int nf_state_fill_measure(const nf_hparams *hp, const nf_state *st, nf_state_fil
     for (int l = 0; l < src->n_layer; l++) {
         const nf_layer_state *L = &src->L[l];
         nf_state_fill_rms *r = &out->L[l];
+        if (L->kind == NF_STATE_LAYER_ABSENT) continue;
         if (L->kind == NF_LAYER_KDA) {
             r->kda_S = rms(L->S, (uint64_t)src->kda_heads * src->kda_hd * src->kda_hd);
             r->conv = rms(L->conv, (uint64_t)src->conv_rows * src->conv_width);
