@@ -176,7 +176,6 @@ static void cu_destroy(nf_backend *be) {
         if (c->dweights) cudaFree(c->dweights);
         if (c->tok_host) cudaFreeHost(c->tok_host);
         if (c->tok_ev) cudaEventDestroy(c->tok_ev);
-        if (c->hc_done) cudaFree(c->hc_done);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
     }
@@ -285,8 +284,6 @@ extern "C" nf_backend *nf_backend_cuda_create(const nf_model *m, int device) {
     uint64_t thr = UINT64_MAX;
     if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->tok_ev, cudaEventDisableTiming)) != cudaSuccess ||
-        (e = cudaMalloc((void **)&c->hc_done, sizeof(unsigned))) != cudaSuccess ||
-        (e = cudaMemset(c->hc_done, 0, sizeof(unsigned))) != cudaSuccess ||
         (e = cudaDeviceGetDefaultMemPool(&pool, device)) != cudaSuccess ||
         (e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr)) != cudaSuccess) {
         nf_fail("cuda backend: %s", cudaGetErrorString(e));

@@ -81,100 +81,9 @@ __global__ void hc_mix_collapse_kernel(const float *mm, const float *base, const
     }
 }
 
-/* ---- hc_pre of one token in one launch (decode) ----
- * The unfused path is three kernels of a few microseconds each whose time is almost all latency (the flattened
- * streams' RMSNorm, a 24 x 16384 f32 product, then the mixing/collapse), 90 times per token. Here every CTA first
- * computes the full sum of squares of the 16384 flattened values itself (64 KB from L2), so it knows the norm's
- * scale and can form r = x * rs exactly as the RMSNorm kernel does; it then takes a slice of the columns and writes
- * the 24 partial dot products of its slice. The last CTA to finish (a device counter) adds the slices' partials in
- * slice order (so the result does not depend on which CTA is last), computes the mixing weights, the Sinkhorn
- * projection and the collapse, and resets the counter for the next launch (the stream's next kernel waits for this
- * one's completion, cuda_launch.h). Same values as the unfused path up to the summation order of the product. */
-#define HCF_THREADS 256
-#define HCF_COLS 512   /* columns per CTA: 32 CTAs for glm53's 4 x 4096 streams */
-#define HCF_MAX_NM 32  /* (2 + hc) * hc outputs of the projection */
-
-__global__ void __launch_bounds__(HCF_THREADS) hc_pre_fused_kernel(const float *W, const float *base, const float *scale,
-                                                                   const float *X, int hc, int n, int iters, float eps,
-                                                                   float rms_eps, float *part, unsigned *done,
-                                                                   float *mix, float *h, int vec4) {
-    NF_PDL_ENTER();
-    __shared__ double dsh[32];
-    __shared__ float red[HCF_THREADS / 32][HCF_MAX_NM];
-    __shared__ float mm[HCF_MAX_NM], w[HC_MAX * HC_MAX];
-    __shared__ int last;
-    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nm = (2 + hc) * hc;
-    const int64_t flat = (int64_t)hc * n;
-    /* the norm's scale, as nf_cuda_rmsnorm_rows computes it (double sum, then the CPU's float steps) */
-    const double ss = nf_d_block_sum(nf_d_row_sumsq_part(X, flat, vec4), dsh);
-    const float rs = 1.0f / sqrtf(__fadd_rn((float)(ss / (double)flat), rms_eps));
-    /* this CTA's columns: partial products of the normalised values */
-    float acc[HCF_MAX_NM];
-#pragma unroll
-    for (int r = 0; r < HCF_MAX_NM; r++) acc[r] = 0.0f;
-    const int64_t c0 = (int64_t)blockIdx.x * HCF_COLS, c1 = c0 + HCF_COLS < flat ? c0 + HCF_COLS : flat;
-    for (int64_t col = c0 + tid; col < c1; col += HCF_THREADS) {
-        const float x = __fmul_rn(X[col], rs);
-#pragma unroll
-        for (int r = 0; r < HCF_MAX_NM; r++)
-            if (r < nm) acc[r] = fmaf(W[(size_t)r * flat + col], x, acc[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < HCF_MAX_NM; r++) {
-        float v = acc[r];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0) red[warp][r] = v;
-    }
-    __syncthreads();
-    if (tid < nm) {
-        float v = 0.0f;
-        for (int k = 0; k < HCF_THREADS / 32; k++) v += red[k][tid];
-        part[(size_t)blockIdx.x * nm + tid] = v;
-    }
-    /* the last CTA to arrive finishes the token */
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) last = atomicAdd(done, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (tid < nm) {
-        float v = 0.0f;
-        for (unsigned g = 0; g < gridDim.x; g++) v += __ldcg(part + (size_t)g * nm + tid);
-        mm[tid] = v;
-    }
-    if (tid == 0) *done = 0u;
-    __syncthreads();
-    float *post = mix;
-    if (tid < hc) post[tid] = __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(mm[hc + tid], scale[1]), base[hc + tid])));
-    if (tid < hc * hc) w[tid] = __fadd_rn(__fmul_rn(mm[2 * hc + tid], scale[2]), base[2 * hc + tid]);
-    __syncthreads();
-    sinkhorn_block(w, hc, iters, eps);
-    if (tid < hc * hc) post[hc + tid] = w[tid];
-    __syncthreads();
-    if (tid < hc) w[tid] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(mm[tid], scale[0]), base[tid])), eps);
-    __syncthreads();
-    for (int i = tid; i < n; i += HCF_THREADS) {
-        float s = 0.0f;
-        for (int k = 0; k < hc; k++) s = __fadd_rn(s, __fmul_rn(w[k], X[(size_t)k * n + i]));
-        h[i] = s;
-    }
-}
-
 static unsigned blocks_for(int64_t n) {
     int64_t b = (n + 255) / 256;
     return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
-}
-
-/* NF_CUDA_HC_FUSED=off keeps decode on the three-kernel path (A/B, bisecting) */
-static bool hc_fused_enabled(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("NF_CUDA_HC_FUSED");
-        on = !(e && !strcmp(e, "off"));
-    }
-    return on;
 }
 
 int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix) {
@@ -189,16 +98,6 @@ int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, floa
     if (hc > HC_MAX) return nf_fail("cuda hc: hc_count %d > %d", hc, HC_MAX);
     const int64_t flat = (int64_t)hc * n;
     nf_cuda_scratch sc(c);
-    if (T == 1 && fn->type == NF_TYPE_F32 && nm <= HCF_MAX_NM && hc_fused_enabled()) {
-        const unsigned ctas = (unsigned)((flat + HCF_COLS - 1) / HCF_COLS);
-        float *part = sc.get<float>((size_t)ctas * nm);
-        const float *W = (const float *)nf_cuda_dptr(c, fn);
-        if (!part || !W) return nf_fail("cuda hc_pre: out of device memory");
-        nf_launch(hc_pre_fused_kernel, ctas, HCF_THREADS, 0, c->stream, W, base, scale, X, hc, n, hp->hc_sinkhorn_iters,
-                  hp->hc_eps, hp->rms_eps, part, c->hc_done, mix, h, (int)((uintptr_t)X % 16 == 0 && flat % 4 == 0));
-        NF_LAUNCHED();
-        return 0;
-    }
     float *r = sc.get<float>((size_t)T * flat), *mm = sc.get<float>((size_t)T * nm);
     if (!r || !mm) return nf_fail("cuda hc_pre: out of device memory");
     if (nf_cuda_rmsnorm_rows(c, X, flat, T, flat, hp->rms_eps, nullptr, r, flat) < 0) return -1;

@@ -52,7 +52,6 @@ struct nf_cuda {
      * (a bump allocator reset every step), so a step allocates nothing from the driver and the same allocation
      * sequence gives the same addresses */
     int capturing;
-    unsigned *hc_done;          /* cuda_hc.cu: the fused decode hc_pre's CTA counter (0 between launches) */
     uint8_t *arena;
     size_t arena_cap, arena_used, arena_need;
     struct nf_cuda_graph_cache *gcache;
@@ -195,38 +194,6 @@ __device__ __forceinline__ double nf_d_block_sum(double v, double *sh) {
     const double r = sh[32 - 1];
     __syncthreads();
     return r;
-}
-
-/* this thread's part of the row's sum of squares, in double (the block adds the parts: nf_d_block_sum); four
- * loads are issued before their adds. vec4: the row start is 16-byte aligned and n % 4 == 0. */
-__device__ __forceinline__ double nf_d_row_sumsq_part(const float *xr, int64_t n, int vec4) {
-    double ss = 0.0;
-    const int64_t bd = blockDim.x;
-    if (vec4) {
-        const float4 *x4 = (const float4 *)xr;
-        const int64_t n4 = n / 4;
-        for (int64_t b = threadIdx.x; b < n4; b += 4 * bd) {
-            float4 v[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) v[u] = b + u * bd < n4 ? x4[b + u * bd] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                ss += (double)v[u].x * (double)v[u].x;
-                ss += (double)v[u].y * (double)v[u].y;
-                ss += (double)v[u].z * (double)v[u].z;
-                ss += (double)v[u].w * (double)v[u].w;
-            }
-        }
-    } else {
-        for (int64_t b = threadIdx.x; b < n; b += 4 * bd) {
-            float v[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) v[u] = b + u * bd < n ? xr[b + u * bd] : 0.0f;
-#pragma unroll
-            for (int u = 0; u < 4; u++) ss += (double)v[u] * (double)v[u];
-        }
-    }
-    return ss;
 }
 
 /* ---- blocks ---- */
