@@ -564,8 +564,8 @@ static void test_model(const char *label, const char *path, const char *recipe, 
     fails_before = n_failed;
     /* 1. blocks from identical inputs: f32 GEMM (exact checks), then bf16 GEMM (its bound) */
     gemm_mode("f32");
-    /* the last 2 tokens as one-token calls: the decode-only paths (fused hc_pre, decode GEMV, split attention)
-     * from identical inputs too */
+    /* the last 2 tokens as one-token calls: the decode-only paths (decode GEMV, split attention) from identical
+     * inputs too */
     double blk = block_check(cpu, gpu, tok, n, tol, strict, "f32 GEMM", 2);
     long blk_sel = last_sel_bad;
     gemm_mode(NULL);
