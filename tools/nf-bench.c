@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app/split_args.h"
 #include "bench/bench.h"
 #include "bench/frontiers.h"
 #include "engine/spec.h"
@@ -80,7 +81,10 @@ static void usage(FILE *o) {
 "      --csv FILE           CSV file (default: stdout)\n"
 "      --dump-steps FILE    per-step JSON lines: prompt ids, token, top-K logits (docs/ab.md step-dump contract)\n"
 "      --dump-topk K        logits per step in the dump (default 20)\n"
-"  -h, --help\n");
+"  -h, --help\n"
+"\n"
+"pipeline (model/pipeline.h; the memory plan is printed at load; not with --draft or --fill synthetic):\n");
+    nf_split_args_usage(o, 6, 21);
 }
 
 static int refuse(const char *fmt, const char *a, const char *b) {
@@ -104,6 +108,7 @@ int main(int argc, char **argv) {
     nf_progname = "nf-bench";
     nf_bench_opts o = {.seed = 1, .backend = "cpu", .gen = 128, .chunk = 512, .warmup = 16, .dump_topk = 20,
                        .spec = nf_spec_defaults()};
+    nf_split_args_init(&o.split);
     int have_spec_opts = 0;
     const char *frontier_list = NULL;
     long long start = 2048, max = -1, incr = -1;
@@ -168,10 +173,15 @@ int main(int argc, char **argv) {
             const char *s = TAKE();
             if (nf_spec_params_set(&o.spec, s) < 0) refuse("--spec-set: %s%s", nf_error(), "");
             have_spec_opts = 1;
-        } else refuse("unknown option '%s'%s", a, "");
+        } else {
+            int r = nf_split_args_take(&o.split, argc, argv, &i);
+            if (r < 0) refuse("%s%s", nf_error(), "");
+            if (r == 0) refuse("unknown option '%s'%s", a, "");
+        }
 #undef IS
 #undef TAKE
     }
+    if (nf_split_args_check(&o.split) < 0) refuse("%s%s", nf_error(), "");
     if (!o.model_path && !o.synthetic) refuse("give a model: -m MODEL.gguf or --synthetic PRESET:RECIPE%s%s", "", "");
     if (o.model_path && o.synthetic) refuse("-m and --synthetic are exclusive%s%s", "", "");
     if (o.prompt_text && o.prompt_ids) refuse("--prompt and --prompt-ids are exclusive%s%s", "", "");

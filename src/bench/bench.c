@@ -15,6 +15,7 @@
 #include "bench/mem_budget.h"
 #include "bench/byte_model.h"
 #include "bench/run_env.h"
+#include "bench/stages.h"
 #include "bench/sweep.h"
 #include "bench/token_seq.h"
 #include "cpu/backend_cpu.h"
@@ -164,6 +165,13 @@ int nf_bench_run(const nf_bench_opts *o) {
     if (cuda) return say(REFUSED, "this build has no CUDA backend; build with `make cuda` and run build/cuda/nf-bench");
 #endif
     if (!o->model_path == !o->synthetic) return say(REFUSED, "give exactly one of -m MODEL.gguf and --synthetic SPEC");
+    const int n_stages = nf_split_args_stages(&o->split);
+    if (n_stages > 1 && o->draft) return say(REFUSED, "--gpus/--split: a pipeline with --draft is not supported yet");
+    if (n_stages > 1 && o->fill == NF_BENCH_FILL_SYNTHETIC)
+        return say(REFUSED, "--gpus/--split: a pipeline with --fill synthetic is not supported yet");
+    if (n_stages > 1 && cuda && o->synthetic)
+        return say(REFUSED, "--gpus/--split: a synthetic model made on the GPU cannot be split yet (each stage "
+                            "would make every tensor); use a GGUF (-m)");
     if (o->n_frontiers < 1 || o->gen < 1) return say(REFUSED, "no frontiers or no probe steps");
 
     /* the model's hyperparameters first: every refusal below needs them, none needs the weights */
@@ -188,6 +196,8 @@ int nf_bench_run(const nf_bench_opts *o) {
     const int64_t cap = o->ctx > 0 ? o->ctx : last + o->gen;
     nf_token_seq seq = {0};
     nf_backend *be = NULL;
+    nf_bench_stages stages;
+    memset(&stages, 0, sizeof stages);
     FILE *csv = NULL, *dump = NULL;
     int rc = REFUSED;
     if (last + o->gen > cap) {
@@ -235,7 +245,8 @@ int nf_bench_run(const nf_bench_opts *o) {
         if (!cuda) mem_avail = host_mem_available();
         nf_bench_mem_plan(&hp, weights, cap, o->fill == NF_BENCH_FILL_SYNTHETIC ? 0 : last,
                           cuda ? (double)(2ull << 30) : 0, &budget);
-        if (mem_avail > 0 && nf_bench_mem_check(&budget, cap, mem_avail, mem_where, msg, sizeof msg) < 0) {
+        /* a pipeline is checked per stage and device when its plan is made (stages.h) */
+        if (n_stages == 1 && mem_avail > 0 && nf_bench_mem_check(&budget, cap, mem_avail, mem_where, msg, sizeof msg) < 0) {
             if (!m && !cuda) {
                 size_t k = strlen(msg);
                 snprintf(msg + k, sizeof msg - k,
@@ -306,7 +317,16 @@ int nf_bench_run(const nf_bench_opts *o) {
                 sp->no_defer ? "off" : "on");
     }
 
-    be = open_backend(o, m, cuda);
+    if (n_stages > 1) {
+        int refused = 0;
+        if (nf_bench_stages_open(&stages, &o->split, m, cap, cuda, o->n_threads, (double)(2ull << 30), &refused) < 0) {
+            rc = say(refused ? REFUSED : FAILED, nf_error());
+            goto out;
+        }
+        be = stages.be;
+    } else {
+        be = open_backend(o, m, cuda);
+    }
     if (!be) {
         say(FAILED, nf_error());
         goto out;
@@ -329,7 +349,7 @@ int nf_bench_run(const nf_bench_opts *o) {
             "NF_CUDA_SYNC=%s NF_CUDA_GRAPH=%s\n", be->name, env_or("NF_CUDA_QDOT", "(unset)"), env_or("NF_CUDA_SYNC", "(unset)"),
             env_or("NF_CUDA_GRAPH", "(unset)"));
 
-    nf_bench_ctx c = {.o = o, .be = be, .cuda_device = cuda ? 0 : -1, .ids = seq.ids, .n_ids = seq.n, .cap = cap,
+    nf_bench_ctx c = {.o = o, .be = be, .cuda_device = cuda ? 0 : -1, .cuda_devices = stages.n_devices, .ids = seq.ids, .n_ids = seq.n, .cap = cap,
                       .csv = csv ? csv : stdout, .dump = dump, .spec = spec};
     if (nf_bench_warmup(&c) < 0) {
         say(FAILED, nf_error());
@@ -370,7 +390,8 @@ out:
     if (csv && fclose(csv) != 0 && rc == 0) rc = say(FAILED, "--csv: write failed");
     if (dump && fclose(dump) != 0 && rc == 0) rc = say(FAILED, "--dump-steps: write failed");
     nf_spec_free(spec);
-    nf_backend_free(be);
+    if (stages.be) nf_bench_stages_close(&stages);
+    else nf_backend_free(be);
     nf_token_seq_free(&seq);
     nf_model_free(m);
     return rc;

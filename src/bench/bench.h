@@ -38,6 +38,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "app/split_args.h"
 #include "engine/spec.h"
 
 /* How the state reaches each frontier (header comment). */
@@ -66,6 +67,7 @@ typedef struct {
     const char *draft;          /* --draft lookup|mtp|model:FILE (engine/spec.h), or NULL: the serial probe */
     nf_spec_params spec;        /* the speculative decoder's parameters (with draft) */
     nf_bench_fill fill;
+    nf_split_args split;        /* --gpus / --split: more than one stage runs the model as a pipeline (stages.h) */
 } nf_bench_opts;
 
 /* One CSV row (csv.c writes the columns, in the contract's order). */

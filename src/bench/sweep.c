@@ -24,7 +24,9 @@
 
 static int device_sync(const nf_bench_ctx *c) {
 #ifdef NF_CUDA
-    if (c->cuda_device >= 0) return nf_cuda_device_sync(c->cuda_device);
+    for (int d = 0; c->cuda_device >= 0 && d < (c->cuda_devices > 0 ? c->cuda_devices : 1); d++)
+        if (nf_cuda_device_sync(c->cuda_device + d) < 0) return -1;
+    if (c->cuda_device >= 0) return 0;
 #else
     (void)c;
 #endif

@@ -13,6 +13,7 @@ typedef struct {
     const nf_bench_opts *o;
     nf_backend *be;
     int cuda_device;            /* -1: the CPU backend (no device to synchronise) */
+    int cuda_devices;           /* devices cuda_device .. cuda_device + cuda_devices - 1 are synchronised (0: 1) */
     const int32_t *ids;         /* the token sequence, at least the last frontier long */
     int64_t n_ids;
     int64_t cap;                /* state capacity */

@@ -17,7 +17,11 @@
 
 const uint8_t *nf_cuda_dptr(nf_cuda *c, const nf_tensor *t) {
     if (!t->data) return nullptr;
-    return c->dweights + ((const uint8_t *)t->data - c->hbase);
+    const uint8_t *p = (const uint8_t *)t->data;
+    if (!c->n_segs) return c->dweights + (p - c->hbase);
+    for (int i = 0; i < c->n_segs; i++) /* a few runs: the range's layers, the embedding, the head */
+        if (p >= c->segs[i].hlo && p < c->segs[i].hhi) return c->dweights + c->segs[i].doff + (p - c->segs[i].hlo);
+    return nullptr; /* a tensor of another stage's layers */
 }
 
 const float *nf_cuda_vec(nf_cuda *c, const nf_tensor *t) {
@@ -174,6 +178,7 @@ static void cu_destroy(nf_backend *be) {
         for (int i = 0; i < c->n_vecs; i++) cudaFree(c->vecs[i].val);
         free(c->vecs);
         if (c->dweights) cudaFree(c->dweights);
+        free(c->segs);
         if (c->tok_host) cudaFreeHost(c->tok_host);
         if (c->tok_ev) cudaEventDestroy(c->tok_ev);
         if (c->stream) cudaStreamDestroy(c->stream);
@@ -239,16 +244,112 @@ static int upload(nf_cuda *c) {
     return 0;
 }
 
+struct host_run {
+    const uint8_t *lo, *hi;
+};
+static int run_cmp(const void *a, const void *b) {
+    const uint8_t *x = ((const host_run *)a)->lo, *y = ((const host_run *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+/* Only the tensors of layers [l0, l1) (+ embedding / head at the ends): their host byte runs, sorted and merged
+ * where they touch (a GGUF stores a layer's tensors together, so a stage is a handful of runs), packed into one
+ * device allocation; nf_cuda_dptr maps a tensor through the runs. */
+static int upload_layers(nf_cuda *c, int l0, int l1) {
+    const nf_model *m = c->m;
+    if (m->synth) return nf_fail("cuda backend: a layer-range backend of a synthetic model is not supported yet");
+    const size_t per = sizeof(nf_layer) / sizeof(nf_tensor);
+    const size_t cap = (size_t)(l1 - l0) * per + 3;
+    host_run *r = (host_run *)malloc(cap * sizeof *r);
+    if (!r) return nf_fail("cuda backend: out of memory");
+    size_t n = 0;
+    auto add = [&](const nf_tensor *t) {
+        const uint64_t b = nf_tensor_bytes(t);
+        if (!t->data || !b) return;
+        r[n].lo = (const uint8_t *)t->data;
+        r[n].hi = r[n].lo + b;
+        n++;
+    };
+    for (int l = l0; l < l1; l++)
+        for (size_t i = 0; i < per; i++) add((const nf_tensor *)&m->layers[l] + i);
+    if (l0 == 0) add(&m->token_embd);
+    if (l1 == m->hp.n_layer) {
+        add(&m->output_norm);
+        add(&m->output);
+    }
+    if (!n) {
+        free(r);
+        return nf_fail("cuda backend: layers [%d, %d) have no tensor data", l0, l1);
+    }
+    qsort(r, n, sizeof *r, run_cmp);
+    size_t k = 0; /* merged runs: a gap of alignment padding between neighbours is copied along */
+    for (size_t i = 1; i < n; i++) {
+        if (r[i].lo <= r[k].hi + 256) {
+            if (r[i].hi > r[k].hi) r[k].hi = r[i].hi;
+        } else {
+            r[++k] = r[i];
+        }
+    }
+    const int n_runs = (int)k + 1;
+    c->segs = (nf_cuda::nf_cuda_seg *)calloc((size_t)n_runs, sizeof *c->segs);
+    if (!c->segs) {
+        free(r);
+        return nf_fail("cuda backend: out of memory");
+    }
+    size_t total = 0;
+    for (int i = 0; i < n_runs; i++) {
+        c->segs[i].hlo = r[i].lo;
+        c->segs[i].hhi = r[i].hi;
+        c->segs[i].doff = total;
+        total += ((size_t)(r[i].hi - r[i].lo) + 255) & ~(size_t)255; /* each run 256-byte aligned, as cudaMalloc */
+    }
+    free(r);
+    c->n_segs = n_runs;
+    c->hsize = total;
+    if (nf_cuda_check_fits(c, total) < 0) return -1;
+    NF_CU(cudaMalloc((void **)&c->dweights, total));
+    const size_t piece = (size_t)1 << 28;
+    for (int i = 0; i < n_runs; i++) {
+        const size_t len = (size_t)(c->segs[i].hhi - c->segs[i].hlo);
+        for (size_t off = 0; off < len; off += piece) {
+            const size_t b = len - off < piece ? len - off : piece;
+            NF_CU(cudaMemcpy(c->dweights + c->segs[i].doff + off, c->segs[i].hlo + off, b, cudaMemcpyHostToDevice));
+        }
+    }
+    NF_CU(cudaDeviceSynchronize());
+    return 0;
+}
+
 extern "C" int nf_cuda_tensor_to_host(nf_backend *be, const nf_tensor *t, void *dst, size_t bytes) {
     nf_cuda *c = nf_cuda_of(be);
     const uint8_t *d = nf_cuda_dptr(c, t);
     if (!d) return nf_fail("tensor %s is absent", t->name ? t->name : "?");
     if (d + bytes > c->dweights + c->hsize) return nf_fail("tensor %s: %zu bytes run past the weights", t->name, bytes);
+    if (bytes > nf_tensor_bytes(t) && c->n_segs) return nf_fail("tensor %s: %zu bytes run past it", t->name, bytes);
     NF_CU(cudaMemcpy(dst, d, bytes, cudaMemcpyDeviceToHost));
     return 0;
 }
 
-extern "C" nf_backend *nf_backend_cuda_create(const nf_model *m, int device) {
+static nf_backend *create(const nf_model *m, int device, int l0, int l1);
+
+extern "C" int nf_cuda_device_count(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+extern "C" nf_backend *nf_backend_cuda_create(const nf_model *m, int device) { return create(m, device, 0, 0); }
+
+extern "C" nf_backend *nf_backend_cuda_create_layers(const nf_model *m, int device, int layer_begin, int layer_end) {
+    if (layer_begin < 0 || layer_end > m->hp.n_layer || layer_begin >= layer_end) {
+        nf_fail("cuda backend: layer range [%d, %d) is not a non-empty part of the model's %d layers", layer_begin,
+                layer_end, m->hp.n_layer);
+        return nullptr;
+    }
+    return create(m, device, layer_begin, layer_end);
+}
+
+/* l0 == l1 == 0: the whole model */
+static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
     const nf_hparams *hp = &m->hp;
     if (hp->hc_count < 1 || hp->hc_count > 16) {
         nf_fail("cuda backend: hc_count %d unsupported", hp->hc_count);
@@ -290,7 +391,9 @@ extern "C" nf_backend *nf_backend_cuda_create(const nf_model *m, int device) {
         cu_destroy(be);
         return nullptr;
     }
-    if (nf_cuda_formats_init() < 0 || upload(c) < 0) {
+    be->layer_begin = l0;
+    be->layer_end = l1;
+    if (nf_cuda_formats_init() < 0 || (l1 ? upload_layers(c, l0, l1) : upload(c)) < 0) {
         cu_destroy(be);
         return nullptr;
     }

@@ -21,6 +21,15 @@ extern "C" {
  * a tensor type without a GPU kernel...). */
 nf_backend *nf_backend_cuda_create(const nf_model *m, int device);
 
+/* A backend holding only what layers [layer_begin, layer_end) need (a pipeline stage, model/pipeline.h): those
+ * layers' tensors, plus token_embd when layer_begin is 0 and output_norm/output when layer_end is n_layer. Its
+ * states hold those layers only. A GGUF model only (a synthetic model made on the GPU is refused). NULL with
+ * nf_error() as nf_backend_cuda_create, or for a bad range. */
+nf_backend *nf_backend_cuda_create_layers(const nf_model *m, int device, int layer_begin, int layer_end);
+
+/* CUDA devices visible (0 when none or on error). */
+int nf_cuda_device_count(void);
+
 /* Copy `bytes` of tensor t's device data (as uploaded or, for a synthetic model, made on the GPU) to host dst.
  * 0, or -1 with nf_error(). For tests and diagnostics. */
 int nf_cuda_tensor_to_host(nf_backend *be, const nf_tensor *t, void *dst, size_t bytes);

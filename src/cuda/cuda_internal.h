@@ -39,9 +39,16 @@ struct nf_cuda {
     const nf_model *m;
     int device;
     cudaStream_t stream;
-    uint8_t *dweights;          /* device copy of [hbase, hbase + hsize) */
+    uint8_t *dweights;          /* device copy of [hbase, hbase + hsize), or of the segments below */
     const uint8_t *hbase;
     size_t hsize;
+    /* a backend made for a layer range (nf_backend_cuda_create_layers) holds only the host runs [hlo, hhi) of the
+     * tensors it needs, each at dweights + doff; n_segs == 0: the whole region above */
+    struct nf_cuda_seg {
+        const uint8_t *hlo, *hhi;
+        size_t doff;
+    } *segs;
+    int n_segs;
     nf_cuda_vec_entry *vecs;          /* f32 copies of non-f32 small tensors (linear list: few entries) */
     int n_vecs, cap_vecs;
     int32_t *tok_host;          /* pinned staging for token ids */

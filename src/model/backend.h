@@ -22,11 +22,16 @@
 #include "model/state.h"
 
 typedef struct nf_backend nf_backend;
+struct nf_topk_dump;
 
 struct nf_backend {
     const char *name;
     const nf_model *model;
     void *impl;
+    /* the layers whose weights the backend holds: [layer_begin, layer_end), the embedding only when layer_begin is
+     * 0, the head only when layer_end is n_layer; both 0: the whole model (every backend but a CUDA backend made
+     * for a pipeline stage, backend_cuda.h) */
+    int layer_begin, layer_end;
 
     /* memory for activations */
     void *(*alloc)(nf_backend *be, size_t bytes);
@@ -88,6 +93,11 @@ struct nf_backend {
     int (*graph_begin)(nf_backend *be);
     int (*graph_end)(nf_backend *be);
     void (*graph_abort)(nf_backend *be);
+
+    /* Optional: a backend that runs whole forwards itself instead of being driven block by block (a pipeline of
+     * backends presented as one, pipeline.h nf_pipeline_backend_create): nf_forward_ex hands it every call. */
+    int (*forward)(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
+                   struct nf_topk_dump *dump, float *hidden);
 };
 
 /* Destroy a backend made by any backend's create function (NULL is fine). */

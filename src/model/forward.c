@@ -1,7 +1,8 @@
 /* forward.c — the forward pass of GLM-5.3-Flash, written once against the backend block interface
  * (see forward.h for the sequence and backend.h for the blocks' contracts). This file owns the order of
  * operations, the buffers that flow between blocks, and the hand-off of indexer selections to shared DSA
- * layers; it never touches activation values itself. */
+ * layers, over all layers or over the layer range of one pipeline stage (nf_forward_part_run, pipeline.h); it
+ * never touches activation values itself. */
 #include "model/forward.h"
 
 #include <stdlib.h>
@@ -14,7 +15,16 @@ void nf_backend_free(nf_backend *be) {
 }
 
 nf_state *nf_backend_state_create(nf_backend *be, int64_t cap) {
+    if (be->layer_end) return nf_backend_state_create_layers(be, cap, be->layer_begin, be->layer_end);
     return nf_backend_state_create_layers(be, cap, 0, be->model->hp.n_layer);
+}
+
+/* 0 when the backend holds the weights of layers [l0, l1) (backend.h layer_begin / layer_end) */
+static int check_holds(const nf_backend *be, int l0, int l1) {
+    if (be->layer_end && (l0 < be->layer_begin || l1 > be->layer_end))
+        return nf_fail("forward: layers [%d, %d) asked of a %s backend that holds only layers [%d, %d)", l0, l1,
+                       be->name, be->layer_begin, be->layer_end);
+    return 0;
 }
 
 nf_state *nf_backend_state_create_layers(nf_backend *be, int64_t cap, int layer_begin, int layer_end) {
@@ -60,9 +70,11 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
 
 int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,
                   nf_topk_dump *dump, float *hidden) {
+    if (be->forward) return be->forward(be, st, tokens, T, logits, all_logits, dump, hidden);
     const nf_hparams *hp = &be->model->hp;
     if (T <= 0) return nf_fail("forward: no tokens");
     if (hidden && !be->final_hidden) return nf_fail("forward: the %s backend cannot return hidden states", be->name);
+    if (check_holds(be, 0, hp->n_layer) < 0) return -1;
     for (int t = 0; t < T; t++)
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return nf_fail("forward: token id %d out of range [0, %d)", tokens[t], hp->n_vocab);
@@ -89,6 +101,7 @@ int nf_forward_part_run(nf_backend *be, nf_state *st, const int32_t *tokens, int
         return nf_fail("forward: a part starting at layer %d needs its incoming streams", part->layer_begin);
     if (!part->X_out && part->layer_end != hp->n_layer)
         return nf_fail("forward: a part ending before the last layer (%d) must hand its streams on", part->layer_end);
+    if (check_holds(be, part->layer_begin, part->layer_end) < 0) return -1;
     if (part->X_in && !be->from_host)
         return nf_fail("forward: the %s backend cannot take streams from the host (no from_host op)", be->name);
     if (hidden && !be->final_hidden) return nf_fail("forward: the %s backend cannot return hidden states", be->name);

@@ -18,7 +18,7 @@
  * nf_topk_width), indexed by ABSOLUTE position (the state's pos + t); rows for positions >= n_pos are not
  * written. MLA layers are numbered in layer order (0 = the first MLA layer). Shared-indexer layers get the
  * selection they reused. */
-typedef struct {
+typedef struct nf_topk_dump {
     int32_t *buf;
     int64_t n_pos;
 } nf_topk_dump;

@@ -27,6 +27,9 @@ int nf_pipeline_init(nf_pipeline *p, int n, const nf_stage *stages) {
         if (s->layer_begin != expect)
             return nf_fail("pipeline: stage %d starts at layer %d but must start at layer %d (stages are contiguous "
                            "and ascending, from layer 0)", k, s->layer_begin, expect);
+        if (s->be->layer_end && (s->layer_begin < s->be->layer_begin || s->layer_end > s->be->layer_end))
+            return nf_fail("pipeline: stage %d runs layers [%d, %d) but its %s backend holds only layers [%d, %d)", k,
+                           s->layer_begin, s->layer_end, s->be->name, s->be->layer_begin, s->be->layer_end);
         if (k > 0 && !s->be->from_host)
             return nf_fail("pipeline: stage %d's %s backend cannot take the streams from the host (no from_host)", k,
                            s->be->name);

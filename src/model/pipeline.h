@@ -75,4 +75,11 @@ int nf_pipeline_forward(const nf_pipeline *p, nf_pipeline_state *ps, const int32
 int nf_pipeline_prefill(const nf_pipeline *p, nf_pipeline_state *ps, const int32_t *tokens, int64_t n, int chunk,
                         float *logits, int all_logits, nf_topk_dump *dump);
 
+/* The pipeline presented as one backend (pipeline_backend.c), for programs written against nf_forward and
+ * nf_state (nf-bench): its `forward` runs nf_pipeline_forward, and nf_backend_state_create gives a hooked
+ * nf_state over an nf_pipeline_state (reset, reserve, snapshot/restore, checkpoint/rollback act on every stage;
+ * a synthetic fill is not supported). Its blocks cannot be called one by one, nor can it be a speculative
+ * drafter's target that needs hidden states. p must outlive it; the stage backends stay the caller's. */
+nf_backend *nf_pipeline_backend_create(const nf_pipeline *p);
+
 #endif

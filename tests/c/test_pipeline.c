@@ -309,6 +309,22 @@ Test(pipeline, bad_splits_are_refused) {
     cr_assert_eq(nf_pipeline_ranges(L, 1, s6, st), 0);
     cr_assert(st[0].layer_begin == 0 && st[0].layer_end == 2 && st[1].layer_begin == 2 && st[1].layer_end == L);
 
+    /* a backend holding only some layers' weights (a CUDA stage backend, backend.h layer_begin/layer_end) is not
+     * asked for others, and its states hold only its layers */
+    nf_backend *part = nf_cpu_backend_create(m, 1);
+    part->layer_begin = 3;
+    part->layer_end = L;
+    nf_stage held[2] = {{be, 0, 2}, {part, 2, L}};
+    expect_refused(2, held, "holds only layers [3, ");
+    nf_state *pst = nf_backend_state_create(part, 8);
+    cr_assert_not_null(pst, "%s", nf_error());
+    cr_assert(pst->L[2].kind == NF_STATE_LAYER_ABSENT && pst->L[3].kind != NF_STATE_LAYER_ABSENT);
+    int32_t tok = 1;
+    cr_assert_eq(nf_forward(part, pst, &tok, 1, NULL, 0, NULL), -1);
+    cr_assert(strstr(nf_error(), "holds only layers [3, "), "%s", nf_error());
+    nf_state_free(pst);
+    nf_backend_free(part);
+
     /* a stage state of other layers cannot be restored into another stage's */
     nf_state *a = nf_state_create_layers(&m->hp, 8, 0, 3), *b = nf_state_create_layers(&m->hp, 8, 3, L);
     cr_assert_eq(nf_state_restore(a, b), -1);
@@ -317,5 +333,68 @@ Test(pipeline, bad_splits_are_refused) {
     nf_state_free(a);
     nf_state_free(b);
     nf_backend_free(be);
+    nf_model_free(m);
+}
+
+/* The pipeline behind the one-backend interfaces (nf_pipeline_backend_create): nf_prefill / nf_forward,
+ * checkpoint/rollback, snapshot/restore and the context limit on its hooked state behave as on one backend. */
+Test(pipeline, as_one_backend) {
+    nf_model *m = nf_model_load(paths[1]); /* shared */
+    cr_assert_not_null(m, "%s", nf_error());
+    const int V = m->hp.n_vocab;
+    int32_t prompt[NPROMPT];
+    for (int i = 0; i < NPROMPT; i++) prompt[i] = (int32_t)((i * 37 + 5) % V);
+    nf_backend *one = nf_cpu_backend_create(m, 2);
+    run_out ref;
+    run_out_init(&ref, m);
+    run_single(one, prompt, &ref);
+
+    nf_stage stages[3];
+    int starts[] = {2, 4};
+    cr_assert_eq(nf_pipeline_ranges(m->hp.n_layer, 2, starts, stages), 0);
+    for (int k = 0; k < 3; k++) stages[k].be = nf_cpu_backend_create(m, 1);
+    nf_pipeline p;
+    cr_assert_eq(nf_pipeline_init(&p, 3, stages), 0, "%s", nf_error());
+    nf_backend *fb = nf_pipeline_backend_create(&p);
+    cr_assert_not_null(fb, "%s", nf_error());
+    run_out got;
+    run_out_init(&got, m);
+    run_single(fb, prompt, &got); /* the same driver code as the reference */
+    cr_assert_eq(memcmp(got.logits, ref.logits, (size_t)NTOK * V * sizeof(float)), 0);
+    cr_assert_eq(memcmp(got.greedy, ref.greedy, sizeof got.greedy), 0);
+
+    /* checkpoint / rollback and snapshot / restore on the hooked state */
+    nf_state *st = nf_backend_state_create(fb, 8);
+    cr_assert_not_null(st, "%s", nf_error());
+    nf_state_set_limit(st, NPROMPT + 2);
+    cr_assert_eq(nf_prefill(fb, st, prompt, NPROMPT, CHUNK, NULL, 0, NULL), 0, "%s", nf_error());
+    cr_assert_eq(st->pos, NPROMPT);
+    nf_state_ckpt ck = {0};
+    cr_assert_eq(nf_state_checkpoint(st, &ck), 0, "%s", nf_error());
+    nf_state *snap = nf_state_snapshot(st);
+    cr_assert_not_null(snap, "%s", nf_error());
+    float *row = malloc((size_t)V * sizeof(float));
+    for (int round = 0; round < 3; round++) {
+        for (int d = 0; d < 2; d++) {
+            cr_assert_eq(nf_forward(fb, st, &ref.greedy[d], 1, row, 0, NULL), 0, "%s", nf_error());
+            cr_assert_eq(memcmp(row, ref.logits + (size_t)(NPROMPT + d) * V, (size_t)V * sizeof(float)), 0,
+                         "round %d step %d", round, d);
+        }
+        /* the limit holds on the pipeline's state */
+        cr_assert_eq(nf_forward(fb, st, &ref.greedy[2], 1, row, 0, NULL), -1);
+        cr_assert(strstr(nf_error(), "context size"), "%s", nf_error());
+        if (round == 0) cr_assert_eq(nf_state_rollback(st, &ck), 0, "%s", nf_error());
+        else cr_assert_eq(nf_state_restore(st, snap), 0, "%s", nf_error());
+        cr_assert_eq(st->pos, NPROMPT);
+    }
+    free(row);
+    nf_state_ckpt_free(&ck);
+    nf_state_free(snap);
+    nf_state_free(st);
+    run_out_free(&got);
+    run_out_free(&ref);
+    nf_backend_free(fb);
+    for (int k = 0; k < 3; k++) nf_backend_free(stages[k].be);
+    nf_backend_free(one);
     nf_model_free(m);
 }

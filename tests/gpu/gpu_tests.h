@@ -21,5 +21,8 @@ int nf_gpu_test_synth(int quick);
 /* test_attn.c: indexer scoring/top-k and the sparse MLA core vs references on synthetic data (exact selections,
  * attention within tolerance); bench != 0 adds per-phase timings at long contexts with the release dims. */
 int nf_gpu_test_attn(int bench, int quick);
+/* test_pipeline.c: two CUDA pipeline stages (layer-range backends) against one CUDA backend: logits, greedy
+ * tokens, snapshot replay, the layer-range upload. quick != 0: fixture base f32 only. */
+int nf_gpu_test_pipeline(int quick);
 
 #endif

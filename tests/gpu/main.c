@@ -1,6 +1,6 @@
 /* main.c — the GPU test program (build/cuda/nf-gpu-tests, run by `make gpu-test` on a machine with a GPU).
  *
- *   nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend|synth|attn]
+ *   nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend|synth|attn|pipeline]
  *
  * Runs every GPU test file's entry point (gpu_tests.h) and exits non-zero when any check failed. --bench adds
  * the GEMV bandwidth table (CSV to $NF_GEMV_CSV when set), the GEMM timing table and the indexer/attention phase
@@ -22,13 +22,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend|synth|attn]\n");
+            fprintf(stderr, "usage: nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend|synth|attn|pipeline]\n");
             return 2;
         }
     }
     if (only && strcmp(only, "gemv") && strcmp(only, "gemm") && strcmp(only, "backend") && strcmp(only, "synth") &&
-        strcmp(only, "attn")) {
-        fprintf(stderr, "nf-gpu-tests: --only %s: unknown test (gemv, gemm, backend, synth or attn)\n", only);
+        strcmp(only, "attn") && strcmp(only, "pipeline")) {
+        fprintf(stderr, "nf-gpu-tests: --only %s: unknown test (gemv, gemm, backend, synth, attn or pipeline)\n", only);
         return 2;
     }
     int failed = 0;
@@ -37,6 +37,7 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "backend")) failed += nf_gpu_test_backend(quick);
     if (!only || !strcmp(only, "synth")) failed += nf_gpu_test_synth(quick);
     if (!only || !strcmp(only, "attn")) failed += nf_gpu_test_attn(bench, quick);
+    if (!only || !strcmp(only, "pipeline")) failed += nf_gpu_test_pipeline(quick);
     printf("nf-gpu-tests: %s (%d failed checks)\n", failed ? "FAIL" : "PASS", failed);
     return failed ? 1 : 0;
 }

@@ -523,3 +523,27 @@ def test_fill_refusals(tmp_path):
     p = bench("--synthetic", "tiny:f32", "--frontiers", "64", "--fill", "synthetic", "--draft", "lookup", model=False,
               check=False)
     assert p.returncode == 2 and "--draft" in p.stderr
+
+
+def test_pipeline_stages_give_the_serial_hashes_and_print_the_plan(tmp_path):
+    """--gpus N / --split (CPU stages): the same probe tokens (gen_ids_hash) as one backend on both sides of the
+    dense/sparse boundary, the memory plan in the log; bad splits refused before any work (exit 2)."""
+    one = tmp_path / "one.csv"
+    bench("--frontiers", "64,160", "--gen", "8", "--csv", one)
+    _, ref = read_csv(one)
+    for args in (["--gpus", "2"], ["--gpus", "3", "--split", "3,5"], ["--split", "1"]):
+        out = tmp_path / "p.csv"
+        p = bench("--frontiers", "64,160", "--gen", "8", "--csv", out, *args)
+        _, rows = read_csv(out)
+        assert [r["gen_ids_hash"] for r in rows] == [r["gen_ids_hash"] for r in ref], args
+        n = 3 if "3" in args else 2
+        assert f"memory plan: {n} stages" in p.stderr and "stage 1: layers" in p.stderr, p.stderr
+        assert "backend pipeline" in p.stderr
+    for args, msg in ((["--gpus", "2", "--split", "2,5"], "make 3 stages, but --gpus asks for 2"),
+                      (["--split", "0"], "--split: expected auto"),
+                      (["--split", "9"], "outside the model's layers"),
+                      (["--gpus", "0"], "--gpus: expected 1..16"),
+                      (["--gpus", "2", "--draft", "lookup"], "not supported yet"),
+                      (["--gpus", "2", "--fill", "synthetic"], "not supported yet")):
+        p = bench("--frontiers", "64", "--gen", "4", *args, check=False)
+        assert p.returncode == 2 and msg in p.stderr, (args, p.stderr)
