@@ -47,6 +47,33 @@ __device__ void sinkhorn_block(float *comb, int hc, int iters, float eps) {
     }
 }
 
+/* The same projection by one warp when hc * hc <= 32 (glm53: 4 x 4): lane i * hc + j owns element (i, j) in a
+ * register, and reads the row or column it sums with shuffles in the same sequential order, so the values equal
+ * sinkhorn_block's; without a block barrier between the 2 x iters passes the serial chain is about half as long
+ * (the block version's barriers were most of hc_pre's ~12 us). Called by the 32 lanes of one warp. */
+__device__ void sinkhorn_warp(float *comb, int hc, int iters, float eps) {
+    const int lane = threadIdx.x & 31, own = lane < hc * hc, i = lane / hc, j = lane % hc;
+    const unsigned all = 0xffffffffu;
+    float v = own ? comb[lane] : 0.0f;
+    float mx = __shfl_sync(all, v, i * hc);
+    for (int q = 1; q < hc; q++) {
+        const float c = __shfl_sync(all, v, i * hc + q);
+        if (c > mx) mx = c;
+    }
+    if (own) v = expf(__fsub_rn(v, mx));
+    double rs = 0.0;
+    for (int q = 0; q < hc; q++) rs += __shfl_sync(all, v, i * hc + q);
+    if (own) v = __fadd_rn(__fmul_rn(v, (float)(1.0 / rs)), eps);
+    for (int it = 0; it < iters; it++) {
+        for (int pass = it > 0 ? 0 : 1; pass < 2; pass++) { /* 0: rows (not on the first iteration), 1: columns */
+            float s = 0.0f;
+            for (int q = 0; q < hc; q++) s = __fadd_rn(s, __shfl_sync(all, v, pass == 0 ? i * hc + q : q * hc + j));
+            if (own) v = __fdiv_rn(v, __fadd_rn(s, eps));
+        }
+    }
+    if (own) comb[lane] = v;
+}
+
 #define HC_THREADS 256
 
 /* hc_pre after the projection mm[T][(2+hc)*hc], for token t = blockIdx.y (+ multiples of gridDim.y):
@@ -54,7 +81,8 @@ __device__ void sinkhorn_block(float *comb, int hc, int iters, float eps) {
  *  blocks x >= 1: the collapse h[t][i] = sum_k pre[k] X[t][k][i] (pre recomputed per block: hc sigmoids).
  * One launch, the two parts running side by side. */
 __global__ void hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
-                                       int hc, int n, int iters, float eps, float *mix, float *h) {
+                                       int hc, int n, int iters, float eps, float *mix, float *h,
+                                       int sinkhorn_warp_enabled) {
     NF_PDL_ENTER();
     __shared__ float w[HC_MAX * HC_MAX];
     const int nm = (2 + hc) * hc, tid = threadIdx.x;
@@ -65,7 +93,12 @@ __global__ void hc_mix_collapse_kernel(const float *mm, const float *base, const
             if (tid < hc) post[tid] = __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(m[hc + tid], scale[1]), base[hc + tid])));
             if (tid < hc * hc) w[tid] = __fadd_rn(__fmul_rn(m[2 * hc + tid], scale[2]), base[2 * hc + tid]);
             __syncthreads();
-            sinkhorn_block(w, hc, iters, eps);
+            if (hc * hc <= 32 && sinkhorn_warp_enabled) {
+                if (tid < 32) sinkhorn_warp(w, hc, iters, eps);
+                __syncthreads();
+            } else {
+                sinkhorn_block(w, hc, iters, eps);
+            }
             if (tid < hc * hc) post[hc + tid] = w[tid];
         } else {
             if (tid < hc) w[tid] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[tid], scale[0]), base[tid])), eps);
@@ -84,6 +117,16 @@ __global__ void hc_mix_collapse_kernel(const float *mm, const float *base, const
 static unsigned blocks_for(int64_t n) {
     int64_t b = (n + 255) / 256;
     return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
+}
+
+/* NF_CUDA_HC_SINKHORN=block keeps the block-wide projection (A/B) */
+static bool hc_warp_sinkhorn(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("NF_CUDA_HC_SINKHORN");
+        on = !(e && !strcmp(e, "block"));
+    }
+    return on;
 }
 
 int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix) {
@@ -106,7 +149,7 @@ int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, floa
     const int collapse_blocks = (int)((n + HC_THREADS - 1) / HC_THREADS < 64 ? (n + HC_THREADS - 1) / HC_THREADS : 64);
     const dim3 grid(1 + collapse_blocks, T < 65535 ? T : 65535);
     nf_launch(hc_mix_collapse_kernel, grid, HC_THREADS, 0, c->stream, mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
-                                                               hp->hc_eps, mix, h);
+                                                               hp->hc_eps, mix, h, (int)hc_warp_sinkhorn());
     NF_LAUNCHED();
     return 0;
 }
