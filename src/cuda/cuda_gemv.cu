@@ -774,12 +774,8 @@ static int env_int(const char *name, long lo, long hi, long *out) {
 
 /* NF_GEMV_STAGE_X=off reads the activations straight from global memory (A/B of the staging) */
 static int getenv_stage_x(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("NF_GEMV_STAGE_X");
-        on = !(e && !strcmp(e, "off"));
-    }
-    return on;
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_GEMV_STAGE_X", "off");
 }
 
 static const stream_kernels *kernels_of(uint32_t type) {

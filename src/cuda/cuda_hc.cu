@@ -121,12 +121,8 @@ static unsigned blocks_for(int64_t n) {
 
 /* NF_CUDA_HC_SINKHORN=block keeps the block-wide projection (A/B) */
 static bool hc_warp_sinkhorn(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("NF_CUDA_HC_SINKHORN");
-        on = !(e && !strcmp(e, "block"));
-    }
-    return on;
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_SINKHORN", "block");
 }
 
 int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix) {

@@ -24,12 +24,25 @@
 #define NF_CUDA_LAUNCH_H
 
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 #include <utility>
 
 /* 1 when the next launches may use PDL (NF_CUDA_PDL and the current forward's size; cuda_launch.cu) */
 int nf_cuda_pdl_enabled(void);
 /* a forward of T tokens starts (NF_CUDA_PDL=decode uses PDL for decode-sized forwards only) */
 void nf_cuda_pdl_forward(int T);
+
+/* The A/B switches of kernel variants (NF_GEMV_STAGE_X, NF_CUDA_HC_SINKHORN, NF_CUDA_MLA_SPLIT): 1 unless the
+ * environment variable `name` equals `off_value`; read once per call site, which passes its own cache (-1 =
+ * not read yet). */
+static inline int nf_cuda_env_switch(int *cache, const char *name, const char *off_value) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = !(e && !strcmp(e, off_value));
+    }
+    return *cache;
+}
 
 __device__ __forceinline__ void nf_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

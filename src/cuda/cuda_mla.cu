@@ -385,12 +385,8 @@ static void md_launch(cudaStream_t stream, const float *latent, const float *qt,
 }
 
 static bool md_enabled(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("NF_CUDA_MLA_SPLIT");
-        on = !(e && (!strcmp(e, "off") || !strcmp(e, "0")));
-    }
-    return on;
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_MLA_SPLIT", "off");
 }
 
 extern "C" size_t nf_cuda_mla_scratch_floats(int T, int H, int kl, int width) {
