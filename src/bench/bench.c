@@ -169,9 +169,6 @@ int nf_bench_run(const nf_bench_opts *o) {
     if (n_stages > 1 && o->draft) return say(REFUSED, "--gpus/--split: a pipeline with --draft is not supported yet");
     if (n_stages > 1 && o->fill == NF_BENCH_FILL_SYNTHETIC)
         return say(REFUSED, "--gpus/--split: a pipeline with --fill synthetic is not supported yet");
-    if (n_stages > 1 && cuda && o->synthetic)
-        return say(REFUSED, "--gpus/--split: a synthetic model made on the GPU cannot be split yet (each stage "
-                            "would make every tensor); use a GGUF (-m)");
     if (o->n_frontiers < 1 || o->gen < 1) return say(REFUSED, "no frontiers or no probe steps");
 
     /* the model's hyperparameters first: every refusal below needs them, none needs the weights */

@@ -253,11 +253,11 @@ static int run_cmp(const void *a, const void *b) {
 }
 
 /* Only the tensors of layers [l0, l1) (+ embedding / head at the ends): their host byte runs, sorted and merged
- * where they touch (a GGUF stores a layer's tensors together, so a stage is a handful of runs), packed into one
- * device allocation; nf_cuda_dptr maps a tensor through the runs. */
+ * where they touch (a GGUF, or a synthetic model's region, stores a layer's tensors together, so a stage is a
+ * handful of runs), packed into one device allocation; nf_cuda_dptr maps a tensor through the runs. A synthetic
+ * model's tensors are made in place by cuda_synth.cu. */
 static int upload_layers(nf_cuda *c, int l0, int l1) {
     const nf_model *m = c->m;
-    if (m->synth) return nf_fail("cuda backend: a layer-range backend of a synthetic model is not supported yet");
     const size_t per = sizeof(nf_layer) / sizeof(nf_tensor);
     const size_t cap = (size_t)(l1 - l0) * per + 3;
     host_run *r = (host_run *)malloc(cap * sizeof *r);
@@ -306,8 +306,12 @@ static int upload_layers(nf_cuda *c, int l0, int l1) {
     free(r);
     c->n_segs = n_runs;
     c->hsize = total;
-    if (nf_cuda_check_fits(c, total) < 0) return -1;
+    size_t pools = 0; /* a synthetic model's block pools live on the device while its tensors are made */
+    for (int i = 0; m->synth && i < m->synth->n_pools; i++)
+        pools += (size_t)m->synth->pools[i].n_blocks * m->synth->pools[i].block_bytes;
+    if (nf_cuda_check_fits(c, total + pools) < 0) return -1;
     NF_CU(cudaMalloc((void **)&c->dweights, total));
+    if (m->synth) return nf_cuda_synth_upload_segs(c); /* virtual tensors have no host bytes to copy */
     const size_t piece = (size_t)1 << 28;
     for (int i = 0; i < n_runs; i++) {
         const size_t len = (size_t)(c->segs[i].hhi - c->segs[i].hlo);

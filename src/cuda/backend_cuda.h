@@ -23,8 +23,8 @@ nf_backend *nf_backend_cuda_create(const nf_model *m, int device);
 
 /* A backend holding only what layers [layer_begin, layer_end) need (a pipeline stage, model/pipeline.h): those
  * layers' tensors, plus token_embd when layer_begin is 0 and output_norm/output when layer_end is n_layer. Its
- * states hold those layers only. A GGUF model only (a synthetic model made on the GPU is refused). NULL with
- * nf_error() as nf_backend_cuda_create, or for a bad range. */
+ * states hold those layers only (a synthetic model's tensors of the range are made on the GPU as in
+ * nf_backend_cuda_create). NULL with nf_error() as nf_backend_cuda_create, or for a bad range. */
 nf_backend *nf_backend_cuda_create_layers(const nf_model *m, int device, int layer_begin, int layer_end);
 
 /* CUDA devices visible (0 when none or on error). */

@@ -120,6 +120,8 @@ int nf_cuda_check_fits(nf_cuda *c, size_t bytes);
 /* ---- synthetic models (cuda_synth.cu) ---- */
 /* Weight upload of a synthetic model (m->synth): host tensors copied, virtual tensors made on the GPU. */
 int nf_cuda_synth_upload(nf_cuda *c);
+/* The same for a layer-range backend: only the tensors inside c->segs, at their packed addresses (cuda_synth.cu). */
+int nf_cuda_synth_upload_segs(nf_cuda *c);
 /* The virtual synthetic tensor whose host data pointer is host_data (its host bytes are not the weights), or NULL. */
 const nf_synth_tensor *nf_cuda_synth_virtual(const nf_cuda *c, const void *host_data);
 

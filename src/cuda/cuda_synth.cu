@@ -87,6 +87,54 @@ int nf_cuda_synth_upload(nf_cuda *c) {
     return 0;
 }
 
+/* A layer-range backend (backend_cuda.cu upload_layers: c->segs set, c->dweights allocated for them): the
+ * synthetic tensors that lie in its segments, host ones copied, virtual ones made by the fill kernel at their
+ * place in the packed segments; the others are not made at all. */
+int nf_cuda_synth_upload_segs(nf_cuda *c) {
+    const nf_synth *s = c->m->synth;
+    size_t pool_bytes = 0;
+    size_t *pool_off = (size_t *)calloc((size_t)s->n_pools + 1, sizeof *pool_off);
+    if (!pool_off) return nf_fail("cuda backend: out of memory");
+    for (int i = 0; i < s->n_pools; i++) {
+        pool_off[i] = pool_bytes;
+        pool_bytes += (size_t)s->pools[i].n_blocks * s->pools[i].block_bytes;
+    }
+    synth_pools_dev dpool;
+    cudaError_t e = pool_bytes ? cudaMalloc((void **)&dpool.p, pool_bytes) : cudaSuccess;
+    for (int i = 0; e == cudaSuccess && i < s->n_pools; i++)
+        e = cudaMemcpy(dpool.p + pool_off[i], s->pools[i].bytes, (size_t)s->pools[i].n_blocks * s->pools[i].block_bytes,
+                       cudaMemcpyHostToDevice);
+    for (int i = 0; e == cudaSuccess && i < s->n_tensors; i++) {
+        const nf_synth_tensor *t = &s->tensors[i];
+        const uint8_t *host = s->region + t->offset;
+        uint8_t *d = nullptr;
+        for (int k = 0; k < c->n_segs && !d; k++)
+            if (host >= c->segs[k].hlo && host < c->segs[k].hhi) d = c->dweights + c->segs[k].doff + (host - c->segs[k].hlo);
+        if (!d) continue; /* another stage's tensor */
+        if (!t->virt) {
+            e = cudaMemcpy(d, host, (size_t)t->bytes, cudaMemcpyHostToDevice);
+            continue;
+        }
+        const nf_synth_pool *p = &s->pools[t->pool];
+        const uint32_t wpb = p->block_bytes / 2;
+        const uint64_t n_words = t->bytes / 2;
+        const uint16_t *src = (const uint16_t *)(dpool.p + pool_off[t->pool]);
+        const uint64_t want = (n_words + 255) / 256;
+        const unsigned grid = (unsigned)(want < 16384 ? want : 16384);
+        if (n_words < ((uint64_t)1 << 32) - 16384ull * 256)
+            nf_launch(synth_fill_kernel<uint32_t>, grid, 256, 0, c->stream, (uint16_t *)d, (uint32_t)n_words, src, wpb,
+                      p->n_blocks, t->key);
+        else
+            nf_launch(synth_fill_kernel<uint64_t>, grid, 256, 0, c->stream, (uint16_t *)d, n_words, src, wpb, p->n_blocks,
+                      t->key);
+        e = cudaGetLastError();
+    }
+    free(pool_off);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) return nf_fail("cuda backend: making the synthetic weights: %s", cudaGetErrorString(e));
+    return 0;
+}
+
 const nf_synth_tensor *nf_cuda_synth_virtual(const nf_cuda *c, const void *host_data) {
     const nf_synth_tensor *t = c->m->synth ? nf_synth_find(c->m->synth, host_data) : nullptr;
     return t && t->virt ? t : nullptr;

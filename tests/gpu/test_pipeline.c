@@ -9,7 +9,8 @@
  * relative (the same kernels run on the same inputs, so they are expected bit-identical; the count of identical
  * rows is printed); a snapshot of the stage states replays the decode steps exactly. Checks of the layer-range
  * upload: a stage's own tensor reads back byte-equal to the file, another stage's layer tensor is absent, and a
- * pipeline whose stage asks a backend for layers it does not hold is refused. */
+ * pipeline whose stage asks a backend for layers it does not hold is refused. Also a synthetic tiny model made on
+ * the GPU (nf-synth's tiny preset, q8, 16 KiB host threshold: its matrices are virtual), split after half. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,8 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/pipeline.h"
+#include "model/recipe.h"
+#include "model/synth.h"
 #include "util/error.h"
 
 static int n_failed;
@@ -198,6 +201,28 @@ int nf_gpu_test_pipeline(int quick) {
             nf_model_free(m);
             unlink(path);
         }
+    /* a synthetic model made on the GPU (host threshold 16 KiB, so its matrices are virtual: made by the fill
+     * kernel inside each stage's packed segments) */
+    {
+        nf_hparams hp;
+        if (nf_synth_preset("tiny", &hp) < 0) nf_die("%s", nf_error());
+        nf_model *m = nf_synth_model_create_ex(&hp, nf_recipe_find("q8"), 21, NF_SYNTH_DEVICE, 16 << 10);
+        CHECK(m != NULL, "synthetic tiny: %s", nf_error());
+        CHECK(!m || m->synth->n_virtual > 0, "synthetic tiny: no virtual tensors");
+        nf_backend *one = m ? nf_backend_cuda_create(m, 0) : NULL;
+        CHECK(!m || one != NULL, "one backend: %s", nf_error());
+        if (one) {
+            int32_t prompt[NPROMPT];
+            uint64_t x = 5;
+            for (int i = 0; i < NPROMPT; i++) {
+                x = x * 6364136223846793005ull + 1442695040888963407ull;
+                prompt[i] = (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab);
+            }
+            test_split("synthetic tiny q8 (made on the GPU)", m, one, prompt, m->hp.n_layer / 2 + 1, n_dev);
+        }
+        nf_backend_free(one);
+        nf_model_free(m);
+    }
     unlink(strcat(strcpy(path, dir), "/convert.log"));
     rmdir(dir);
     printf("pipeline: %s (%d failed checks)\n", n_failed ? "FAIL" : "PASS", n_failed);
