@@ -8,9 +8,9 @@
  * kernel only copies 16-bit words (every block size of the pools is even, every tensor starts at an
  * NF_SYNTH_ALIGN boundary), so ~100 GB are made at memory speed, and the bytes equal nf_synth_virtual_fill's. */
 #include <stdlib.h>
-#include "cuda/cuda_launch.h"
 
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_launch.h"
 
 /* dst[w] = word w of the tensor; I is the index type (32-bit when the tensor has < 2^32 words: cheaper division). */
 template <typename I>
@@ -24,35 +24,69 @@ __global__ void synth_fill_kernel(uint16_t *dst, I n_words, const uint16_t *pool
     }
 }
 
-/* device memory freed when the upload returns, whatever the path */
+/* The seeded block pools on the device (freed when the upload returns, whatever the path) and each pool's
+ * offset in them. */
 struct synth_pools_dev {
     uint8_t *p = nullptr;
+    size_t *off = nullptr;  /* n_pools + 1 entries */
+    size_t bytes = 0;
     ~synth_pools_dev() {
         if (p) cudaFree(p);
+        free(off);
+    }
+    /* offsets and total size only (host memory); then upload() */
+    int plan(const nf_synth *s) {
+        off = (size_t *)calloc((size_t)s->n_pools + 1, sizeof *off);
+        if (!off) return nf_fail("cuda backend: out of memory");
+        for (int i = 0; i < s->n_pools; i++) {
+            off[i] = bytes;
+            bytes += (size_t)s->pools[i].n_blocks * s->pools[i].block_bytes;
+        }
+        return 0;
+    }
+    cudaError_t upload(const nf_synth *s) {
+        cudaError_t e = bytes ? cudaMalloc((void **)&p, bytes) : cudaSuccess;
+        for (int i = 0; e == cudaSuccess && i < s->n_pools; i++)
+            e = cudaMemcpy(p + off[i], s->pools[i].bytes, (size_t)s->pools[i].n_blocks * s->pools[i].block_bytes,
+                           cudaMemcpyHostToDevice);
+        return e;
     }
 };
 
+/* make virtual tensor t at device address dst from its pool (one fill kernel on the backend's stream) */
+static cudaError_t fill_virtual(nf_cuda *c, const nf_synth *s, const synth_pools_dev &pools, const nf_synth_tensor *t,
+                                uint8_t *dst) {
+    const nf_synth_pool *p = &s->pools[t->pool];
+    const uint32_t wpb = p->block_bytes / 2;
+    const uint64_t n_words = t->bytes / 2;
+    const uint16_t *src = (const uint16_t *)(pools.p + pools.off[t->pool]);
+    const uint64_t want = (n_words + 255) / 256;
+    const unsigned grid = (unsigned)(want < 16384 ? want : 16384);
+    if (n_words < ((uint64_t)1 << 32) - 16384ull * 256) /* w + grid stride stays below 2^32 */
+        nf_launch(synth_fill_kernel<uint32_t>, grid, 256, 0, c->stream, (uint16_t *)dst, (uint32_t)n_words, src, wpb,
+                  p->n_blocks, t->key);
+    else
+        nf_launch(synth_fill_kernel<uint64_t>, grid, 256, 0, c->stream, (uint16_t *)dst, n_words, src, wpb, p->n_blocks,
+                  t->key);
+    return cudaGetLastError();
+}
+
+/* pageable copies may return before their DMA completes, and the fills run on the backend's stream */
+static int finish(cudaError_t e) {
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) return nf_fail("cuda backend: making the synthetic weights: %s", cudaGetErrorString(e));
+    return 0;
+}
+
 int nf_cuda_synth_upload(nf_cuda *c) {
     const nf_synth *s = c->m->synth;
-    size_t pool_bytes = 0;
-    size_t *pool_off = (size_t *)calloc((size_t)s->n_pools + 1, sizeof *pool_off);
-    if (!pool_off) return nf_fail("cuda backend: out of memory");
-    for (int i = 0; i < s->n_pools; i++) {
-        pool_off[i] = pool_bytes;
-        pool_bytes += (size_t)s->pools[i].n_blocks * s->pools[i].block_bytes;
-    }
+    synth_pools_dev pools;
+    if (pools.plan(s) < 0) return -1;
     c->hbase = s->region;
     c->hsize = s->region_bytes;
-    if (nf_cuda_check_fits(c, c->hsize + pool_bytes) < 0) {
-        free(pool_off);
-        return -1;
-    }
+    if (nf_cuda_check_fits(c, c->hsize + pools.bytes) < 0) return -1;
     cudaError_t e = cudaMalloc((void **)&c->dweights, c->hsize);
-    synth_pools_dev dpool;
-    if (e == cudaSuccess && pool_bytes) e = cudaMalloc((void **)&dpool.p, pool_bytes);
-    for (int i = 0; e == cudaSuccess && i < s->n_pools; i++)
-        e = cudaMemcpy(dpool.p + pool_off[i], s->pools[i].bytes, (size_t)s->pools[i].n_blocks * s->pools[i].block_bytes,
-                       cudaMemcpyHostToDevice);
+    if (e == cudaSuccess) e = pools.upload(s);
     /* host tensors: runs of consecutive host tensors in one copy each (alignment gaps are zero pages) */
     for (int i = 0; e == cudaSuccess && i < s->n_tensors;) {
         if (s->tensors[i].virt) {
@@ -64,27 +98,9 @@ int nf_cuda_synth_upload(nf_cuda *c) {
         for (i++; i < s->n_tensors && !s->tensors[i].virt; i++) hi = s->tensors[i].offset + s->tensors[i].bytes;
         e = cudaMemcpy(c->dweights + lo, s->region + lo, (size_t)(hi - lo), cudaMemcpyHostToDevice);
     }
-    for (int i = 0; e == cudaSuccess && i < s->n_tensors; i++) {
-        const nf_synth_tensor *t = &s->tensors[i];
-        if (!t->virt) continue;
-        const nf_synth_pool *p = &s->pools[t->pool];
-        const uint32_t wpb = p->block_bytes / 2;
-        const uint64_t n_words = t->bytes / 2;
-        uint16_t *dst = (uint16_t *)(c->dweights + t->offset);
-        const uint16_t *src = (const uint16_t *)(dpool.p + pool_off[t->pool]);
-        const uint64_t want = (n_words + 255) / 256;
-        const unsigned grid = (unsigned)(want < 16384 ? want : 16384);
-        if (n_words < ((uint64_t)1 << 32) - 16384ull * 256)   /* w + grid stride stays below 2^32 */
-            nf_launch(synth_fill_kernel<uint32_t>, grid, 256, 0, c->stream, dst, (uint32_t)n_words, src, wpb, p->n_blocks, t->key);
-        else
-            nf_launch(synth_fill_kernel<uint64_t>, grid, 256, 0, c->stream, dst, n_words, src, wpb, p->n_blocks, t->key);
-        e = cudaGetLastError();
-    }
-    free(pool_off);
-    /* pageable copies may return before their DMA completes, and the fills run on the backend's stream */
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) return nf_fail("cuda backend: making the synthetic weights: %s", cudaGetErrorString(e));
-    return 0;
+    for (int i = 0; e == cudaSuccess && i < s->n_tensors; i++)
+        if (s->tensors[i].virt) e = fill_virtual(c, s, pools, &s->tensors[i], c->dweights + s->tensors[i].offset);
+    return finish(e);
 }
 
 /* A layer-range backend (backend_cuda.cu upload_layers: c->segs set, c->dweights allocated for them): the
@@ -92,18 +108,9 @@ int nf_cuda_synth_upload(nf_cuda *c) {
  * place in the packed segments; the others are not made at all. */
 int nf_cuda_synth_upload_segs(nf_cuda *c) {
     const nf_synth *s = c->m->synth;
-    size_t pool_bytes = 0;
-    size_t *pool_off = (size_t *)calloc((size_t)s->n_pools + 1, sizeof *pool_off);
-    if (!pool_off) return nf_fail("cuda backend: out of memory");
-    for (int i = 0; i < s->n_pools; i++) {
-        pool_off[i] = pool_bytes;
-        pool_bytes += (size_t)s->pools[i].n_blocks * s->pools[i].block_bytes;
-    }
-    synth_pools_dev dpool;
-    cudaError_t e = pool_bytes ? cudaMalloc((void **)&dpool.p, pool_bytes) : cudaSuccess;
-    for (int i = 0; e == cudaSuccess && i < s->n_pools; i++)
-        e = cudaMemcpy(dpool.p + pool_off[i], s->pools[i].bytes, (size_t)s->pools[i].n_blocks * s->pools[i].block_bytes,
-                       cudaMemcpyHostToDevice);
+    synth_pools_dev pools;
+    if (pools.plan(s) < 0) return -1;
+    cudaError_t e = pools.upload(s);
     for (int i = 0; e == cudaSuccess && i < s->n_tensors; i++) {
         const nf_synth_tensor *t = &s->tensors[i];
         const uint8_t *host = s->region + t->offset;
@@ -111,28 +118,9 @@ int nf_cuda_synth_upload_segs(nf_cuda *c) {
         for (int k = 0; k < c->n_segs && !d; k++)
             if (host >= c->segs[k].hlo && host < c->segs[k].hhi) d = c->dweights + c->segs[k].doff + (host - c->segs[k].hlo);
         if (!d) continue; /* another stage's tensor */
-        if (!t->virt) {
-            e = cudaMemcpy(d, host, (size_t)t->bytes, cudaMemcpyHostToDevice);
-            continue;
-        }
-        const nf_synth_pool *p = &s->pools[t->pool];
-        const uint32_t wpb = p->block_bytes / 2;
-        const uint64_t n_words = t->bytes / 2;
-        const uint16_t *src = (const uint16_t *)(dpool.p + pool_off[t->pool]);
-        const uint64_t want = (n_words + 255) / 256;
-        const unsigned grid = (unsigned)(want < 16384 ? want : 16384);
-        if (n_words < ((uint64_t)1 << 32) - 16384ull * 256)
-            nf_launch(synth_fill_kernel<uint32_t>, grid, 256, 0, c->stream, (uint16_t *)d, (uint32_t)n_words, src, wpb,
-                      p->n_blocks, t->key);
-        else
-            nf_launch(synth_fill_kernel<uint64_t>, grid, 256, 0, c->stream, (uint16_t *)d, n_words, src, wpb, p->n_blocks,
-                      t->key);
-        e = cudaGetLastError();
+        e = t->virt ? fill_virtual(c, s, pools, t, d) : cudaMemcpy(d, host, (size_t)t->bytes, cudaMemcpyHostToDevice);
     }
-    free(pool_off);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
-    if (e != cudaSuccess) return nf_fail("cuda backend: making the synthetic weights: %s", cudaGetErrorString(e));
-    return 0;
+    return finish(e);
 }
 
 const nf_synth_tensor *nf_cuda_synth_virtual(const nf_cuda *c, const void *host_data) {
