@@ -9,11 +9,11 @@
  * dump) is the one point where the host waits. Token ids go through a pinned staging buffer. A decode step runs
  * as one CUDA graph launch (cuda_graph.cu) with NF_CUDA_GRAPH=on (off by default: slower, see cuda_graph.cu). */
 #include <stdlib.h>
-#include "cuda/cuda_launch.h"
 #include <string.h>
 
 #include "cuda/cuda_internal.h"
 #include "cuda/backend_cuda.h"
+#include "cuda/cuda_launch.h"
 
 const uint8_t *nf_cuda_dptr(nf_cuda *c, const nf_tensor *t) {
     if (!t->data) return nullptr;

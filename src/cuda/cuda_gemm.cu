@@ -28,12 +28,12 @@
  * On the CPU emulation (scripts/cuemu) the tensor-core instructions are emulated with the same fragment layouts
  * (cuemu_dev.h), so the tiling and fragment indexing run there too. */
 #include <stdlib.h>
-#include "cuda/cuda_launch.h"
 #include <string.h>
 
 #include "cuda/cuda_dequant.h"
 #include "cuda/cuda_gemm.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_launch.h"
 
 namespace {
 

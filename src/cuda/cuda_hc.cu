@@ -1,8 +1,8 @@
 /* cuda_hc.cu — manifold-constrained hyper-connections on the GPU: hc_pre (RMSNorm of the flattened streams,
  * the mixing projection, pre/post weights and the Sinkhorn-projected combination matrix, the collapse of the
  * streams) and hc_post (expand the block output and mix the streams). Same operations and orders as
- * src/cpu/hc.c; the Sinkhorn iterations of one token (hc x hc) run on hc * hc threads of one block, in the same
- * launch as the collapse. */
+ * src/cpu/hc.c; the Sinkhorn iterations of one token (hc x hc) run in registers of one warp when hc * hc <= 32
+ * (else on hc * hc threads of one block), in the same launch as the collapse. */
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_launch.h"
 
@@ -145,7 +145,7 @@ int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, floa
     const int collapse_blocks = (int)((n + HC_THREADS - 1) / HC_THREADS < 64 ? (n + HC_THREADS - 1) / HC_THREADS : 64);
     const dim3 grid(1 + collapse_blocks, T < 65535 ? T : 65535);
     nf_launch(hc_mix_collapse_kernel, grid, HC_THREADS, 0, c->stream, mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
-                                                               hp->hc_eps, mix, h, (int)hc_warp_sinkhorn());
+              hp->hc_eps, mix, h, (int)hc_warp_sinkhorn());
     NF_LAUNCHED();
     return 0;
 }

@@ -22,10 +22,10 @@
  * are sorted (bitonic, by score descending then index ascending: the CPU's order). Nothing here is quadratic
  * in the number of pools. Queries run in chunks so that the key buffer stays bounded at long contexts. */
 #include <math.h>
-#include "cuda/cuda_launch.h"
 
 #include "cuda/cuda_attn.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_launch.h"
 
 static __host__ __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 
@@ -181,7 +181,7 @@ static void launch_score(cudaStream_t s, const float *pool_key, const float *iq,
     const int64_t nv = (pos0 + T) / kpool;
     dim3 grid((unsigned)((nv + PB - 1) / PB), (unsigned)((T + QG * QPT - 1) / (QG * QPT)));
     nf_launch(idx_score_kernel<PB, QG, QPT, NHB>, grid, PB * QG, 0, s, pool_key, iq, w, pos0, T, nh, hd, kpool, budget, sc,
-                                                                 keys, ld, hist);
+              keys, ld, hist);
 }
 
 template <int NHB>
@@ -525,7 +525,7 @@ int nf_cuda_indexer_select(nf_backend *be, int il, nf_state *st, const float *x,
         NF_LAUNCHED();
     }
     nf_launch(idx_open_kernel, (kpool * hd + 127) / 128, 128, 0, c->stream, ik, ig, pos, T, kpool, hd, LS->open_key,
-                                                                     LS->open_gate);
+              LS->open_gate);
     NF_LAUNCHED();
     if (nf_cuda_matmul(c, &mq, qr, T, hp->q_lora_rank, iq, (int64_t)nh * hd) < 0) return -1;
     if (nf_cuda_matmul(c, &mp, x, T, n, w, nh) < 0) return -1;

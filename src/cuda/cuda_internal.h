@@ -145,12 +145,12 @@ int nf_cuda_mat_supported(uint32_t type);
  * with the f32 activation in f32. All pointers are device pointers. */
 int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t ldx, int xdiv, int smod,
                       const int32_t *ids, float *y, int64_t ldy, int nvec);
-/* y[t*ldy + r] = W[r,:] . x[t*ldx + :] for t < T */
 /* y[m] = w[m] x for nmat (<= NF_CUDA_GEMV_MAX_MATS) matrices of one type and shape over the same activations
  * (matmul_ex's other arguments): one decode launch for all of them when nvec <= NF_CUDA_GEMV_MAX_VECTORS (the
  * same kernel, hence the same values, as separate products), else one product each. */
 int nf_cuda_matmul_same(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *x, int64_t ldx, int xdiv,
                         const int32_t *ids, float *const *y, int64_t ldy, int nvec);
+/* y[t*ldy + r] = W[r,:] . x[t*ldx + :] for t < T */
 static inline int nf_cuda_matmul(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float *y,
                                  int64_t ldy) {
     return nf_cuda_matmul_ex(c, w, x, ldx, 1, 1, nullptr, y, ldy, T);

@@ -156,8 +156,8 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
     const int ry = (hd + KDA_ROWS - 1) / KDA_ROWS;
     const dim3 grid((hd + 31) / 32, H);
     nf_launch(kda_recurrence_kernel, grid, 32 * ry, 3 * hd * sizeof(float), s, LS->S, qkv, g, dt, ssm_a,
-                                                                        hp->kda_gate_lower_bound, beta,
-                                                                        1.0f / sqrtf((float)hd), o, T, H, hd);
+              hp->kda_gate_lower_bound, beta,
+              1.0f / sqrtf((float)hd), o, T, H, hd);
     NF_LAUNCHED();
 
     nf_cuda_mat ga = nf_cuda_mat_of(c, &L->kda_g_a), gb = nf_cuda_mat_of(c, &L->kda_g_b);

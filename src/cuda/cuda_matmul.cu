@@ -18,7 +18,6 @@
  * (matrix = vector % heads) and routed experts (matrix = ids[vector], the activation row shared by the k slots of
  * a token). */
 #include <cuda_fp16.h>
-#include "cuda/cuda_launch.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -26,6 +25,7 @@
 #include "cuda/cuda_dequant.h"
 #include "cuda/cuda_gemv.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_launch.h"
 
 /* NF_CUDA_SYNC=1 (diagnostic): wait for the stream after every product */
 static int g_sync = 0;

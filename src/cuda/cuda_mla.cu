@@ -18,12 +18,12 @@
  * The two-pass softmax (scores in global scratch, [T][H][width rounded up to 4]) is what makes that possible
  * without a split-K combine; prefill runs the core over token chunks so the scratch stays bounded. */
 #include <math.h>
-#include "cuda/cuda_launch.h"
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_attn.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_launch.h"
 
 int nf_cuda_mla_project(nf_backend *be, int il, nf_state *st, const float *x, int T, float *qr, float *q) {
     nf_cuda *c = nf_cuda_of(be);

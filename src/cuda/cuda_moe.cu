@@ -162,7 +162,7 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
         return nf_fail("cuda moe: out of device memory");
     if (nf_cuda_matmul(c, &r, x, T, n, logit, E) < 0) return -1;
     nf_launch(router_kernel, T, ROUTER_THREADS, 2 * E * sizeof(float), c->stream, logit, bias, E, k, hp->expert_weights_norm,
-                                                                 hp->expert_weights_scale, expert_of, weight_of);
+              hp->expert_weights_scale, expert_of, weight_of);
     NF_LAUNCHED();
     if (gate_up(c, &g, &u, x, n, k, expert_of, a, b, I, T * k) < 0) return -1;
     if (nf_cuda_swiglu(c, a, b, (int64_t)T * k * I, hp->swiglu_limit, a) < 0) return -1;

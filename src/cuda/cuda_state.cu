@@ -9,10 +9,10 @@
  * A state may hold a range of the layers (a pipeline stage's, model/pipeline.h): absent layers have no arrays.
  * A device state belongs to the backend that made it and must be freed before the backend is destroyed. */
 #include <stdlib.h>
-#include "cuda/cuda_launch.h"
 #include <string.h>
 
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_launch.h"
 #include "model/state_fill.h"
 
 struct cuda_state_dev {
