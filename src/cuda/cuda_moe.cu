@@ -1,8 +1,8 @@
 /* cuda_moe.cu — the feed-forward blocks on the GPU: dense SwiGLU MLP and the MoE (the CPU reference and the
  * rules: src/cpu/moe.c).
  *
- * The router (sigmoid scores, biased choice, top-k with ties to the lower expert index, normalised and scaled
- * weights) runs on the device, so the chosen experts never travel to the host: the expert products are one
+ * The router (cuda_router.cu: sigmoid scores, biased choice, top-k with ties to the lower expert index,
+ * normalised and scaled weights) runs on the device, so the chosen experts never travel to the host: the expert products are one
  * launch each for gate, up and down over all (token, slot) pairs, each reading its expert id from device
  * memory (for one token, gate and up of all k slots are a single launch). The weighted expert outputs of a token
  * are summed in ascending expert order, then the shared expert is added, as the CPU does, so the sum does not
@@ -10,6 +10,7 @@
 #include "cuda/cuda_gemv.h"
 #include "cuda/cuda_launch.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_router.h"
 
 /* a = G x, b = U x for nvec vectors (matmul_ex's arguments): one decode launch for both when they fit */
 static int gate_up(nf_cuda *c, const nf_cuda_mat *g, const nf_cuda_mat *u, const float *x, int64_t ldx, int xdiv,
@@ -37,82 +38,7 @@ int nf_cuda_dense_mlp(nf_backend *be, int il, const float *x, int T, float *y) {
     return mlp(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, x, T, c->m->hp.swiglu_limit, y);
 }
 
-#define ROUTER_THREADS 256
 #define COMBINE_THREADS 256
-#define TOPK_MAX 64
-
-/* (value, index) a ranks before (value, index) b: larger value, ties to the lower index (nf_topk_desc's order) */
-__device__ __forceinline__ bool ranks_before(float av, int ai, float bv, int bi) {
-    return bi < 0 || (ai >= 0 && (av > bv || (av == bv && ai < bi)));
-}
-
-/* the warp's best (value, index) by ranks_before, in every lane (xor butterfly) */
-__device__ __forceinline__ void warp_best(float &bv, int &bi) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ranks_before(ov, oi, bv, bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
-}
-
-/* block = token: sigmoid scores and biased choices of all experts in parallel, then k rounds of a block-wide
- * arg-max (warp shuffles, then the warps' winners), each taking the best expert not yet taken: slot r gets the
- * expert of rank r, as the CPU's top-k. Then the weights from the chosen scores in rank order (k values). */
-__global__ void router_kernel(const float *logit, const float *bias, int E, int k, int norm, float scale,
-                              int32_t *expert_of, float *weight_of) {
-    NF_PDL_ENTER();
-    extern __shared__ float sh[];
-    float *s = sh, *choice = sh + E;
-    __shared__ float wv[32];
-    __shared__ int wi[32];
-    __shared__ int32_t sel[TOPK_MAX];
-    const int t = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, nw = blockDim.x / 32;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        const float v = nf_d_sigmoid(logit[(size_t)t * E + e]);
-        s[e] = v;
-        choice[e] = __fadd_rn(v, bias ? bias[e] : 0.0f);
-    }
-    __syncthreads();
-    for (int r = 0; r < k; r++) {
-        float bv = 0.0f;
-        int bi = -1;
-        for (int e = threadIdx.x; e < E; e += blockDim.x) {
-            bool taken = false;
-            for (int q = 0; q < r; q++) taken |= sel[q] == e;
-            if (!taken && ranks_before(choice[e], e, bv, bi)) {
-                bv = choice[e];
-                bi = e;
-            }
-        }
-        warp_best(bv, bi);
-        if (lane == 0) {
-            wv[warp] = bv;
-            wi[warp] = bi;
-        }
-        __syncthreads();
-        if (warp == 0) {
-            bv = lane < nw ? wv[lane] : 0.0f;
-            bi = lane < nw ? wi[lane] : -1;
-            warp_best(bv, bi);
-            if (lane == 0) sel[r] = bi;
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        float sum = 0.0f;
-        for (int i = 0; i < k; i++) sum = __fadd_rn(sum, s[sel[i]]);
-        for (int i = 0; i < k; i++) {
-            float w = s[sel[i]];
-            if (norm) w = __fdiv_rn(w, __fadd_rn(sum, 1e-20f));
-            expert_of[(size_t)t * k + i] = sel[i];
-            weight_of[(size_t)t * k + i] = __fmul_rn(w, scale);
-        }
-    }
-}
 
 /* y[t][i] = sum over slots in ascending expert order of w * out (+ shared[t][i]); block (column range, token):
  * the slots' ascending order is found once per block (slot q's place = number of smaller experts; the k experts of
@@ -120,8 +46,8 @@ __global__ void router_kernel(const float *logit, const float *bias, int E, int 
 __global__ void moe_combine_kernel(const float *out, const int32_t *expert_of, const float *weight_of,
                                    const float *shared, int T, int k, int n, float *y) {
     NF_PDL_ENTER();
-    __shared__ int order[TOPK_MAX];
-    __shared__ float wgt[TOPK_MAX];
+    __shared__ int order[NF_ROUTER_TOPK_MAX];
+    __shared__ float wgt[NF_ROUTER_TOPK_MAX];
     for (int t = blockIdx.y; t < T; t += gridDim.y) {
         const int32_t *ex = expert_of + (size_t)t * k;
         if (threadIdx.x < k) {
@@ -146,7 +72,7 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     const nf_hparams *hp = &c->m->hp;
     const nf_layer *L = &c->m->layers[il];
     const int n = hp->n_embd, E = hp->n_expert, k = hp->n_expert_used;
-    if (k < 1 || k > TOPK_MAX || k > E) return nf_fail("cuda moe: %d experts per token of %d unsupported (1..%d)", k, E, TOPK_MAX);
+    if (k < 1 || k > NF_ROUTER_TOPK_MAX || k > E) return nf_fail("cuda moe: %d experts per token of %d unsupported (1..%d)", k, E, NF_ROUTER_TOPK_MAX);
     const float *bias = L->router_bias.data ? nf_cuda_vec(c, &L->router_bias) : nullptr;
     if (L->router_bias.data && !bias) return nf_fail_prefix("layer %d router bias", il);
     nf_cuda_mat r = nf_cuda_mat_of(c, &L->router), g = nf_cuda_mat_of(c, &L->gate_exps),
@@ -161,9 +87,9 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     if (!logit || !weight_of || !a || !b || !out || !expert_of || (has_shared && !shared))
         return nf_fail("cuda moe: out of device memory");
     if (nf_cuda_matmul(c, &r, x, T, n, logit, E) < 0) return -1;
-    nf_launch(router_kernel, T, ROUTER_THREADS, 2 * E * sizeof(float), c->stream, logit, bias, E, k, hp->expert_weights_norm,
-              hp->expert_weights_scale, expert_of, weight_of);
-    NF_LAUNCHED();
+    if (nf_cuda_router(c->stream, logit, bias, T, E, k, hp->expert_weights_norm, hp->expert_weights_scale, expert_of,
+                       weight_of) < 0)
+        return -1;
     if (gate_up(c, &g, &u, x, n, k, expert_of, a, b, I, T * k) < 0) return -1;
     if (nf_cuda_swiglu(c, a, b, (int64_t)T * k * I, hp->swiglu_limit, a) < 0) return -1;
     if (nf_cuda_matmul_ex(c, &d, a, I, 1, 1, expert_of, out, n, T * k) < 0) return -1;

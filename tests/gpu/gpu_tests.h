@@ -24,5 +24,7 @@ int nf_gpu_test_attn(int bench, int quick);
 /* test_pipeline.c: two CUDA pipeline stages (layer-range backends) against one CUDA backend: logits, greedy
  * tokens, snapshot replay, the layer-range upload. quick != 0: fixture base f32 only. */
 int nf_gpu_test_pipeline(int quick);
+/* test_router.c: the MoE router's top-k and weights vs the CPU's rules (ties, NaN, many experts). */
+int nf_gpu_test_router(void);
 
 #endif

@@ -1,6 +1,6 @@
 /* main.c — the GPU test program (build/cuda/nf-gpu-tests, run by `make gpu-test` on a machine with a GPU).
  *
- *   nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend|synth|attn|pipeline]
+ *   nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend|synth|attn|pipeline|router]
  *
  * Runs every GPU test file's entry point (gpu_tests.h) and exits non-zero when any check failed. --bench adds
  * the GEMV bandwidth table (CSV to $NF_GEMV_CSV when set), the GEMM timing table and the indexer/attention phase
@@ -22,13 +22,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else {
-            fprintf(stderr, "usage: nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend|synth|attn|pipeline]\n");
+            fprintf(stderr, "usage: nf-gpu-tests [--bench] [--quick] [--only gemv|gemm|backend|synth|attn|pipeline|router]\n");
             return 2;
         }
     }
     if (only && strcmp(only, "gemv") && strcmp(only, "gemm") && strcmp(only, "backend") && strcmp(only, "synth") &&
-        strcmp(only, "attn") && strcmp(only, "pipeline")) {
-        fprintf(stderr, "nf-gpu-tests: --only %s: unknown test (gemv, gemm, backend, synth, attn or pipeline)\n", only);
+        strcmp(only, "attn") && strcmp(only, "pipeline") && strcmp(only, "router")) {
+        fprintf(stderr, "nf-gpu-tests: --only %s: unknown test (gemv, gemm, backend, synth, attn, pipeline or router)\n", only);
         return 2;
     }
     int failed = 0;
@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "synth")) failed += nf_gpu_test_synth(quick);
     if (!only || !strcmp(only, "attn")) failed += nf_gpu_test_attn(bench, quick);
     if (!only || !strcmp(only, "pipeline")) failed += nf_gpu_test_pipeline(quick);
+    if (!only || !strcmp(only, "router")) failed += nf_gpu_test_router();
     printf("nf-gpu-tests: %s (%d failed checks)\n", failed ? "FAIL" : "PASS", failed);
     return failed ? 1 : 0;
 }
