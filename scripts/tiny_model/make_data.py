@@ -14,11 +14,20 @@ never seen in training):
             NEWS*, *.txt, *.md, *.rst, FAQ*, changelog*; each under its package's copyright file, DFSG-free),
             at most 40 kB per file (8 kB for changelogs/NEWS).
 
+The doc and info sources depend on the Debian packages installed. --exclude-packages skips the files of the named
+packages (dpkg -L), so the corpus of an earlier machine state can be rebuilt: the shipped model's corpus (MODEL_CARD.md
+token counts) was made before scripts/install-deps.sh added libedit-dev and libmicrohttpd-dev; on a machine where
+install-deps has run since, pass --exclude-packages libedit-dev,libbsd-dev,libmd-dev,libmicrohttpd12,libmicrohttpd-dev
+(libedit-dev pulled in libbsd-dev and libmd-dev; their changelogs equal libbsd0's / libmd0's and, sorting first,
+would replace them under other names). tokenize_data.py's counts then equal MODEL_CARD.md's.
+
 Output (default .tinydata/, git-ignored): docs_train.jsonl, docs_heldout.jsonl ({"src","name","text"} per
 line) and sources.json (counts and bytes per source and split).
-Usage: python3 scripts/tiny_model/make_data.py [--out .tinydata] [--heldout-pct 2]
+Usage: python3 scripts/tiny_model/make_data.py [--out .tinydata] [--heldout-pct 2] [--exclude-packages P1,P2]
 """
-import argparse, glob, gzip, hashlib, json, os, re, sys, sysconfig
+import argparse, glob, gzip, hashlib, json, os, re, subprocess, sys, sysconfig
+
+EXCLUDED = set()   # absolute paths of files owned by --exclude-packages
 
 def read_text(path, allow_nul=False):
     op = gzip.open if path.endswith(".gz") else open
@@ -53,6 +62,8 @@ def info_docs():
     files = sorted(glob.glob("/usr/share/info/*.info*.gz"))
     manuals = {}
     for p in files:
+        if p in EXCLUDED:
+            continue
         base = os.path.basename(p)
         m = re.match(r"(.+?)\.info(?:-(\d+))?\.gz$", base)
         if not m:
@@ -75,7 +86,7 @@ DOC_PAT = re.compile(r"^(readme|news|faq|todo|changelog|changes|history|authors|
 
 def doc_docs():
     for p in sorted(glob.glob("/usr/share/doc/**/*", recursive=True)):
-        if not os.path.isfile(p) or os.path.islink(p):
+        if not os.path.isfile(p) or os.path.islink(p) or p in EXCLUDED:
             continue
         base = os.path.basename(p)
         if not DOC_PAT.search(base) or base.startswith("copyright"):
@@ -90,7 +101,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".tinydata")
     ap.add_argument("--heldout-pct", type=float, default=2.0)
+    ap.add_argument("--exclude-packages", default="", help="comma-separated Debian packages whose files to skip")
     a = ap.parse_args()
+    for pkg in filter(None, a.exclude_packages.split(",")):
+        r = subprocess.run(["dpkg", "-L", pkg], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("make_data: --exclude-packages: dpkg -L %s failed: %s" % (pkg, r.stderr.strip()))
+        EXCLUDED.update(r.stdout.split("\n"))
     os.makedirs(a.out, exist_ok=True)
     stats = {}
     seen = set()
@@ -110,7 +127,8 @@ def main():
             st["bytes"] += len(text.encode())
     for f in outs.values():
         f.close()
-    info = {"python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"], "sources": stats}
+    info = {"python": sys.version.split()[0], "stdlib": sysconfig.get_paths()["stdlib"],
+            "excluded_packages": sorted(filter(None, a.exclude_packages.split(","))), "sources": stats}
     with open(os.path.join(a.out, "sources.json"), "w") as f:
         json.dump(info, f, indent=1)
     json.dump(info, sys.stdout, indent=1)
