@@ -10,7 +10,9 @@
  * applies each block scale once per sub-block (exact in real arithmetic), so the bound is relative to
  * sum |w x| of the row. Output rows are NaN-poisoned (an unwritten row fails) and the padding between output
  * vectors and after the last one must stay untouched. NF_GEMV_TEST_SMALL=1 shrinks the shapes (for the CPU
- * emulation, scripts/cuemu).
+ * emulation, scripts/cuemu). NF_GEMV_DUMP=file appends every case's raw outputs to the file: two builds whose
+ * dumps are byte-identical (cmp) compute every product bit for bit alike (a check for kernel rewrites that must
+ * not change results).
  * Speed (a benchmark, not a pass/fail criterion): each case is timed as CUDA-graph replays of 20 launches that
  * rotate through weight copies larger than 8x the L2 (random expert ids per launch for the MoE cases); the read
  * probe reads the same number of bytes from the same copies the same way, so "fraction" = probe time / product
@@ -47,6 +49,18 @@ static const uint32_t types[] = {NF_TYPE_F32, NF_TYPE_F16, NF_TYPE_BF16, NF_TYPE
                                  NF_TYPE_Q4_K, NF_TYPE_Q6_K, NF_TYPE_Q2_K, NF_TYPE_IQ2_XXS};
 #define N_TYPES (sizeof types / sizeof types[0])
 #define TOL 2e-5 /* |gpu - ref| / sum |w x| */
+
+/* $NF_GEMV_DUMP opened for appending, or NULL */
+static FILE *dump_file(void) {
+    static FILE *f;
+    static int opened;
+    if (!opened) {
+        opened = 1;
+        const char *path = getenv("NF_GEMV_DUMP");
+        if (path && *path && !(f = fopen(path, "ab"))) nf_die("test_gemv: cannot open NF_GEMV_DUMP=%s", path);
+    }
+    return f;
+}
 
 static int small_mode(void) {
     const char *e = getenv("NF_GEMV_TEST_SMALL");
@@ -178,6 +192,7 @@ static int check_case(uint32_t type, const job_case *jc) {
     int worst_v = 0, worst_m = 0, zero_bad = 0;
     for (int m = 0; m < jc->nmat; m++) {
         CHECK(cudaMemcpy(y, dy[m], ybytes, cudaMemcpyDeviceToHost));
+        if (dump_file() && fwrite(y, 1, ybytes, dump_file()) != ybytes) nf_die("test_gemv: NF_GEMV_DUMP write failed");
         for (int v = 0; v < jc->nvec; v++) {
             const int64_t sl = jc->use_ids ? ids[v] : v % (jc->smod > 1 ? jc->smod : 1);
             const float *xv = x + (size_t)(v / xdiv) * ldx;
@@ -488,6 +503,7 @@ int nf_gpu_test_gemv(int bench) {
             total++;
             failed += !check_case(types[i], &cases[c]);
         }
+    if (dump_file()) fflush(dump_file());
     printf("gemv: %d passed, %d failed\n", total - failed, failed);
     if (bench) run_bench();
     return failed;
