@@ -54,7 +54,18 @@ int nf_fail(const char *fmt, ...);
 #define GEMV_MAX_THREADS 512       /* per CTA (launch bound: up to 128 registers per thread) */
 #define GEMV_STAGE_MAX 65536       /* largest batch: one row group of one row must fit (with 3 stages) */
 #define GEMV_FLIGHT_GOAL 196608    /* bytes in flight per SM that cover HBM latency at full bandwidth */
-#define GEMV_TABLE_BYTES 2176      /* IQ2_XXS grid (2048) + signs (128), copied to shared memory per CTA */
+/* IQ2_XXS tables, copied to shared memory per CTA at the start of the dynamic shared memory (a constant address,
+ * so a lookup needs no base register arithmetic): the grid rows (256 x 8 bytes), the 8-bit sign patterns (128
+ * bytes). The sign patterns stay bytes: 128 bytes are one word per bank, so a warp's lookup is one conflict-free
+ * shared wavefront. A table of the patterns already spread to 0x80 bytes (8 bytes each) saves 6 issue slots per
+ * warp and 8 weights (34 -> 28) but, like the grid's random 8-byte rows, costs ~4 wavefronts per lookup instead
+ * of 1 (~5.4 -> ~8.4 of the SM's one wavefront per clock, against 34 / 4 schedulers = 8.5 clocks of issue), so
+ * shared memory would become the limit (branch h/gemvlowbit-iq2-signmask has that variant for a GPU A/B). */
+#define IQ2_GRID_AT 0
+#define IQ2_SIGNS_AT 2048
+#define IQ2_TABLE_BYTES 2176
+/* shared bytes before the stages: the tables of the format, if any */
+__host__ __device__ constexpr int table_bytes(uint32_t type) { return type == NF_TYPE_IQ2_XXS ? IQ2_TABLE_BYTES : 0; }
 
 __device__ uint64_t g_iq2_grid[256];
 __device__ uint8_t g_iq2_signs[128];
@@ -474,13 +485,11 @@ template <> struct unit<NF_TYPE_IQ2_XXS> {
         const uint8_t *p = row + base;
         const uint32_t idx = ld32_at(p, 0, sh), aux = ld32_at(p, 1, sh);
         const uint32_t dbits = *(const uint16_t *)(row + blk);
-        const uint64_t *grid = (const uint64_t *)tab;
-        const uint8_t *signs = tab + 2048;
         float acc[4];
 #pragma unroll
         for (int l = 0; l < 4; l++) {
-            const uint2 gv = *(const uint2 *)(grid + __byte_perm(idx, 0, 0x4440 + l));
-            const uint32_t s = signs[(aux >> (7 * l)) & 127];
+            const uint2 gv = *(const uint2 *)(tab + IQ2_GRID_AT + 8 * __byte_perm(idx, 0, 0x4440 + l));
+            const uint32_t s = tab[IQ2_SIGNS_AT + ((aux >> (7 * l)) & 127)];
             const uint32_t slo = ((s & 0xFu) * 0x10204080u) & 0x80808080u, shi = ((s >> 4) * 0x10204080u) & 0x80808080u;
             float a = 0.f;
 #pragma unroll
@@ -542,9 +551,9 @@ template <int TY, int R>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_params p) {
     NF_PDL_ENTER();
     extern __shared__ float sh[];
-    uint8_t *stage = (uint8_t *)sh;
+    uint8_t *tab = (uint8_t *)sh;
+    uint8_t *stage = tab + table_bytes(TY);
     float *red = (float *)(stage + (size_t)p.nst * p.stage_bytes); /* [warps][R] */
-    uint8_t *tab = (uint8_t *)(red + (GEMV_MAX_THREADS / 32) * 8);
     const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
     const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
     /* PDL (cuda_launch.h): the routed experts' ids come from the router kernel, so those jobs wait first; the
@@ -572,8 +581,8 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
     for (int i = 0; i < nst - 1; i++) issue(b0 + i * bstep, i);
 
     if constexpr (TY == NF_TYPE_IQ2_XXS) {
-        for (int i = tid; i < 256; i += nthreads) ((uint64_t *)tab)[i] = g_iq2_grid[i];
-        for (int i = tid; i < 128; i += nthreads) tab[2048 + i] = g_iq2_signs[i];
+        for (int i = tid; i < 256; i += nthreads) ((uint64_t *)(tab + IQ2_GRID_AT))[i] = g_iq2_grid[i];
+        for (int i = tid; i < 128; i += nthreads) tab[IQ2_SIGNS_AT + i] = g_iq2_signs[i];
     }
     if (!p.ids) nf_pdl_wait();
     nf_pdl_release();
@@ -832,8 +841,8 @@ struct stream_plan {
     size_t stage, smem;
     stream_fn k;
 };
-static size_t stream_smem(int nst, size_t stage) {
-    return (size_t)nst * stage + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float) + GEMV_TABLE_BYTES;
+static size_t stream_smem(uint32_t type, int nst, size_t stage) {
+    return (size_t)table_bytes(type) + (size_t)nst * stage + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float);
 }
 static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     const stream_kernels *ks = kernels_of(j->type);
@@ -872,7 +881,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
         for (int ri = 0; ri < 4 && (1 << ri) <= rmax; ri++) {
             const size_t stage = (size_t)pl->G * (1 << ri) * rb;
             for (int nst = 3; nst <= GEMV_MAX_STAGES; nst++) {
-                const size_t smem = stream_smem(nst, stage);
+                const size_t smem = stream_smem(j->type, nst, stage);
                 if (g_smem_optin > 0 && smem > (size_t)g_smem_optin) break;
                 int ctas = 0;
                 if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, ks->k[ri], pl->threads, smem) != cudaSuccess) {
@@ -905,7 +914,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     }
 planned:
     pl->stage = (size_t)pl->G * pl->R * rb;
-    pl->smem = stream_smem(pl->nst, pl->stage);
+    pl->smem = stream_smem(j->type, pl->nst, pl->stage);
     pl->k = ks->k[pl->R == 1 ? 0 : pl->R == 2 ? 1 : pl->R == 4 ? 2 : 3];
     return 1;
 }
