@@ -390,13 +390,18 @@ template <> struct unit<NF_TYPE_Q2_K> {
     static constexpr int COLS = 64;
     float X[64], XS[4];
     float pw0, pw1;
-    int blk, n, h;
+    /* byte offsets in the row of this unit's 16 qs bytes, its 8 scale bytes and d, dmin; the byte_perm selector
+     * of its 4 scale bytes: fixed per thread, so a row costs one add per address (recomputing them from b, n, h
+     * cost ~10 integer operations per row) */
+    int qoff, soff, doff;
+    uint32_t ssel;
     static constexpr int XSHIFT = 4;
     __device__ void init(const xsrc &src, int u, int) {
-        const int b = u >> 2;
-        n = (u >> 1) & 1;
-        h = u & 1;
-        blk = 84 * b;
+        const int b = u >> 2, n = (u >> 1) & 1, h = u & 1;
+        qoff = 84 * b + 16 + 32 * n + 16 * h;
+        soff = 84 * b + 8 * n;
+        doff = 84 * b + 80;
+        ssel = h ? 0x7531 : 0x6420;
         /* values 256b + 128n + 16h + 32k + i (k < 4, i < 16): v[16k + i] */
         float v[64];
 #pragma unroll
@@ -421,10 +426,9 @@ template <> struct unit<NF_TYPE_Q2_K> {
         }
     }
     __device__ float dot(const uint8_t *row, const uint8_t *) const {
-        const uint8_t *b = row + blk;
-        const uint32_t *q = (const uint32_t *)(b + 16 + 32 * n + 16 * h);
-        const uint32_t *sp = (const uint32_t *)(b + 8 * n);
-        const uint32_t s0 = sp[0], s1 = sp[1], dd = *(const uint32_t *)(b + 80);
+        const uint32_t *q = (const uint32_t *)(row + qoff);
+        const uint32_t *sp = (const uint32_t *)(row + soff);
+        const uint32_t s0 = sp[0], s1 = sp[1], dd = *(const uint32_t *)(row + doff);
         float a[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -439,7 +443,7 @@ template <> struct unit<NF_TYPE_Q2_K> {
             }
         }
         /* scale bytes of k = 0..3: scales[8n + h], [8n + 2 + h], [8n + 4 + h], [8n + 6 + h] */
-        const uint32_t G = __byte_perm(s0, s1, h ? 0x7531 : 0x6420), Gs = G >> 16;
+        const uint32_t G = __byte_perm(s0, s1, ssel), Gs = G >> 16;
         const uint32_t sc = G & 0x0F0F0F0Fu;
         float P = byte_f<0>(sc, MAGIC_U8) * a[0];
         P = fmaf(byte_f<1>(sc, MAGIC_U8), a[1], P);
