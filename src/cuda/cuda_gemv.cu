@@ -619,9 +619,15 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
         }
         __syncthreads();
         const uint8_t *mine = stage + (size_t)(k % nst) * p.stage_bytes + (size_t)g * R * p.row_bytes;
+        /* one branch per batch, not per row: the R rows' decodes form one block the compiler can interleave */
         float acc[R];
+        if (active) {
 #pragma unroll
-        for (int r = 0; r < R; r++) acc[r] = active ? U.dot(mine + (size_t)r * p.row_bytes, tab) : 0.f;
+            for (int r = 0; r < R; r++) acc[r] = U.dot(mine + (size_t)r * p.row_bytes, tab);
+        } else {
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] = 0.f;
+        }
         const float s = warp_rows<R>(acc, lane);
         constexpr int LR = R == 8 ? 3 : R == 4 ? 2 : R == 2 ? 1 : 0;
         if ((lane & ((32 >> LR) - 1)) == 0) red[warp * R + (lane >> (5 - LR))] = s;
