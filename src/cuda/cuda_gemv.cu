@@ -56,14 +56,32 @@ int nf_fail(const char *fmt, ...);
 #define GEMV_FLIGHT_GOAL 196608    /* bytes in flight per SM that cover HBM latency at full bandwidth */
 /* IQ2_XXS tables, copied to shared memory per CTA at the start of the dynamic shared memory (a constant address,
  * so a lookup needs no base register arithmetic): the grid rows (256 x 8 bytes), the 8-bit sign patterns (128
- * bytes). The sign patterns stay bytes: 128 bytes are one word per bank, so a warp's lookup is one conflict-free
- * shared wavefront. A table of the patterns already spread to 0x80 bytes (8 bytes each) saves 6 issue slots per
- * warp and 8 weights (34 -> 28) but, like the grid's random 8-byte rows, costs ~4 wavefronts per lookup instead
- * of 1 (~5.4 -> ~8.4 of the SM's one wavefront per clock, against 34 / 4 schedulers = 8.5 clocks of issue), so
- * shared memory would become the limit (branch h/gemvlowbit-iq2-signmask has that variant for a GPU A/B). */
+ * bytes, each stored with the bits of either nibble reversed: see iq2_sign_words). The patterns stay bytes: 128
+ * bytes are one word per bank, so a warp's lookup is one conflict-free shared wavefront. A table of the patterns
+ * already spread to 0x80 bytes (8 bytes each) saves 4 more issue slots per warp and 8 weights but, like the grid's
+ * random 8-byte rows, costs ~4 wavefronts per lookup instead of 1 (~5.4 -> ~8.4 wavefronts, at one per clock per
+ * SM, against ~32 issue slots / 4 schedulers = ~8 clocks), so shared memory would become the limit (branch
+ * h/gemvlowbit-iq2-signmask has that variant for a GPU A/B). */
 #define IQ2_GRID_AT 0
 #define IQ2_SIGNS_AT 2048
 #define IQ2_TABLE_BYTES 2176
+/* A sign pattern s (bit c: weight c negative) as the two words the decode needs, bit c at bit 8c+7 of word c/4
+ * (0x80 in byte c%4), from its nibble-reversed form e: one multiply and one AND per word, as the products' only
+ * terms at bits 7, 15, 23, 31 are the wanted ones and no carries reach them (checked below for all 256 s). With
+ * s itself it takes an AND or a shift more per word (s & 15, s >> 4: the high nibble's copies would collide). */
+__host__ __device__ constexpr uint32_t iq2_nibble_rev(uint32_t s) {
+    return ((s & 0x11u) << 3) | ((s & 0x22u) << 1) | ((s & 0x44u) >> 1) | ((s & 0x88u) >> 3);
+}
+__host__ __device__ constexpr uint32_t iq2_sign_lo(uint32_t e) { return (e * 0x80402010u) & 0x80808080u; }
+__host__ __device__ constexpr uint32_t iq2_sign_hi(uint32_t e) { return (e * 0x08040201u) & 0x80808080u; }
+constexpr uint32_t spread_nibble(uint32_t n) { return (n & 1u) << 7 | (n & 2u) << 14 | (n & 4u) << 21 | (n & 8u) << 28; }
+constexpr bool iq2_sign_words_exact() {
+    for (uint32_t s = 0; s < 256; s++)
+        if (iq2_sign_lo(iq2_nibble_rev(s)) != spread_nibble(s & 15) || iq2_sign_hi(iq2_nibble_rev(s)) != spread_nibble(s >> 4))
+            return false;
+    return true;
+}
+static_assert(iq2_sign_words_exact(), "IQ2_XXS sign words: the multiply trick does not reproduce every pattern");
 /* shared bytes before the stages: the tables of the format, if any */
 __host__ __device__ constexpr int table_bytes(uint32_t type) { return type == NF_TYPE_IQ2_XXS ? IQ2_TABLE_BYTES : 0; }
 
@@ -462,7 +480,7 @@ template <> struct unit<NF_TYPE_IQ2_XXS> {
      * indices, a u32 of four 7-bit sign indices (top 4 bits: scale s, db = d * (0.5 + s) / 4). A value is the
      * denormal sign * grid byte * 2^-149, built by one prmt: grid byte (8, 25 or 43) into byte 0, zeros (the
      * replicated sign of that byte) into bytes 1 and 2, the weight's byte of a sign word (0x80 or 0) into byte 3.
-     * The sign words come from the 8-bit sign pattern by one multiply per 4 weights (bit c to bit 8c+7). */
+     * The sign words come from the table's nibble-reversed pattern by one multiply and one AND per 4 weights. */
     static constexpr int COLS = 32;
     float X[32];
     float pw0, pw1;
@@ -493,8 +511,8 @@ template <> struct unit<NF_TYPE_IQ2_XXS> {
 #pragma unroll
         for (int l = 0; l < 4; l++) {
             const uint2 gv = *(const uint2 *)(tab + IQ2_GRID_AT + 8 * __byte_perm(idx, 0, 0x4440 + l));
-            const uint32_t s = tab[IQ2_SIGNS_AT + ((aux >> (7 * l)) & 127)];
-            const uint32_t slo = ((s & 0xFu) * 0x10204080u) & 0x80808080u, shi = ((s >> 4) * 0x10204080u) & 0x80808080u;
+            const uint32_t e = tab[IQ2_SIGNS_AT + ((aux >> (7 * l)) & 127)];
+            const uint32_t slo = iq2_sign_lo(e), shi = iq2_sign_hi(e);
             float a = 0.f;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
@@ -586,7 +604,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
 
     if constexpr (TY == NF_TYPE_IQ2_XXS) {
         for (int i = tid; i < 256; i += nthreads) ((uint64_t *)(tab + IQ2_GRID_AT))[i] = g_iq2_grid[i];
-        for (int i = tid; i < 128; i += nthreads) tab[IQ2_SIGNS_AT + i] = g_iq2_signs[i];
+        for (int i = tid; i < 128; i += nthreads) tab[IQ2_SIGNS_AT + i] = (uint8_t)iq2_nibble_rev(g_iq2_signs[i]);
     }
     if (!p.ids) nf_pdl_wait();
     nf_pdl_release();
