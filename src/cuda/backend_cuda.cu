@@ -407,6 +407,7 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
     be->from_host = cu_from_host;
     be->embed = cu_embed;
     be->hc_pre = nf_cuda_hc_pre;
+    be->hc_pre_norm = nf_cuda_hc_pre_norm;
     be->hc_post = nf_cuda_hc_post;
     be->rmsnorm = cu_rmsnorm;
     be->kda_block = nf_cuda_kda_block;

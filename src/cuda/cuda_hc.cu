@@ -2,7 +2,8 @@
  * the mixing projection, pre/post weights and the Sinkhorn-projected combination matrix, the collapse of the
  * streams) and hc_post (expand the block output and mix the streams). Same operations and orders as
  * src/cpu/hc.c; the Sinkhorn iterations of one token (hc x hc) run in registers of one warp when hc * hc <= 32
- * (else on hc * hc threads of one block), in the same launch as the collapse. */
+ * (else on hc * hc threads of one block), in the same launch as the collapse. hc_pre_norm also applies the
+ * sub-layer's RMSNorm to the collapsed row in that launch (one kernel less per site, bit-identical). */
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_launch.h"
 
@@ -76,13 +77,31 @@ __device__ void sinkhorn_warp(float *comb, int hc, int iters, float eps) {
 
 #define HC_THREADS 256
 
+/* The collapse of token t's streams, h[i] = sum_k pre[k] X[t][k][i], by one block into shared memory, then its
+ * RMSNorm times norm_w into x[t] exactly as rmsnorm_kernel computes it with this blockDim (nf_cuda_row_threads(n))
+ * on a 16-byte-aligned row: the same values bit for bit as the collapse kernel's h then nf_cuda_rmsnorm_rows. */
+__device__ void collapse_norm_row(const float *pre, const float *x, int hc, int n, float eps, const float *norm_w,
+                                  float *out) {
+    extern __shared__ __align__(16) float sh[];
+    __shared__ double red[32];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float s = 0.0f;
+        for (int k = 0; k < hc; k++) s = __fadd_rn(s, __fmul_rn(pre[k], x[(size_t)k * n + i]));
+        sh[i] = s;
+    }
+    __syncthreads();
+    const float r = nf_d_rms_inv(nf_d_block_sum(nf_d_row_sumsq_part(sh, n, n % 4 == 0), red), n, eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = __fmul_rn(norm_w[i], __fmul_rn(sh[i], r));
+}
+
 /* hc_pre after the projection mm[T][(2+hc)*hc], for token t = blockIdx.y (+ multiples of gridDim.y):
  *  block x = 0: post weights and the Sinkhorn-projected combination matrix into mix[t][hc + hc*hc];
- *  blocks x >= 1: the collapse h[t][i] = sum_k pre[k] X[t][k][i] (pre recomputed per block: hc sigmoids).
- * One launch, the two parts running side by side. */
+ *  blocks x >= 1: the collapse h[t][i] = sum_k pre[k] X[t][k][i] (pre recomputed per block: hc sigmoids);
+ *  with norm_w, block 1 alone: the collapse and its RMSNorm (collapse_norm_row), h then holding RMSNorm(h) * norm_w.
+ * One launch, the parts running side by side (the Sinkhorn block is the longest, so the norm costs no time). */
 __global__ void hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
                                        int hc, int n, int iters, float eps, float *mix, float *h,
-                                       int sinkhorn_warp_enabled) {
+                                       int sinkhorn_warp_enabled, const float *norm_w, float norm_eps) {
     NF_PDL_ENTER();
     __shared__ float w[HC_MAX * HC_MAX];
     const int nm = (2 + hc) * hc, tid = threadIdx.x;
@@ -104,6 +123,11 @@ __global__ void hc_mix_collapse_kernel(const float *mm, const float *base, const
             if (tid < hc) w[tid] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[tid], scale[0]), base[tid])), eps);
             __syncthreads();
             const float *x = X + (size_t)t * hc * n;
+            if (norm_w) {
+                collapse_norm_row(w, x, hc, n, norm_eps, norm_w, h + (size_t)t * n);
+                __syncthreads();
+                continue;
+            }
             for (int i = (blockIdx.x - 1) * HC_THREADS + tid; i < n; i += (gridDim.x - 1) * HC_THREADS) {
                 float s = 0.0f;
                 for (int k = 0; k < hc; k++) s = __fadd_rn(s, __fmul_rn(w[k], x[(size_t)k * n + i]));
@@ -125,7 +149,15 @@ static bool hc_warp_sinkhorn(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_HC_SINKHORN", "block");
 }
 
-int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix) {
+/* NF_CUDA_HC_NORM=off normalises in a separate launch (A/B; the same values) */
+static bool hc_norm_fused(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_NORM", "off");
+}
+
+/* hc_pre; with norm (the sub-layer's RMSNorm weight) out = RMSNorm(h) * norm in the same launch when the collapse
+ * fits one block's shared memory, else through nf_cuda_rmsnorm_rows (same values either way) */
+static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *out, float *mix, const nf_tensor *norm) {
     nf_cuda *c = nf_cuda_of(be);
     const nf_hparams *hp = &c->m->hp;
     const nf_layer *L = &c->m->layers[il];
@@ -142,12 +174,34 @@ int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, floa
     if (nf_cuda_rmsnorm_rows(c, X, flat, T, flat, hp->rms_eps, nullptr, r, flat) < 0) return -1;
     nf_cuda_mat w = nf_cuda_mat_of(c, fn);
     if (nf_cuda_matmul(c, &w, r, T, flat, mm, nm) < 0) return -1;
+    const float *norm_w = norm ? nf_cuda_vec(c, norm) : nullptr;
+    if (norm && !norm_w) return nf_fail_prefix("layer %d norm", il);
+    const unsigned norm_threads = nf_cuda_row_threads(n);
+    const size_t row_bytes = (size_t)n * sizeof(float);
+    if (norm && norm_threads >= (unsigned)(hc * hc) && row_bytes <= 48 * 1024 && hc_norm_fused()) {
+        const dim3 grid(2, T < 65535 ? T : 65535);
+        nf_launch(hc_mix_collapse_kernel, grid, norm_threads, row_bytes, c->stream, mm, base, scale, X, T, hc, n,
+                  hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, (int)hc_warp_sinkhorn(), norm_w, hp->rms_eps);
+        NF_LAUNCHED();
+        return 0;
+    }
+    float *h = out;
+    if (norm && !(h = sc.get<float>((size_t)T * n))) return nf_fail("cuda hc_pre: out of device memory");
     const int collapse_blocks = (int)((n + HC_THREADS - 1) / HC_THREADS < 64 ? (n + HC_THREADS - 1) / HC_THREADS : 64);
     const dim3 grid(1 + collapse_blocks, T < 65535 ? T : 65535);
     nf_launch(hc_mix_collapse_kernel, grid, HC_THREADS, 0, c->stream, mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
-              hp->hc_eps, mix, h, (int)hc_warp_sinkhorn());
+              hp->hc_eps, mix, h, (int)hc_warp_sinkhorn(), (const float *)nullptr, 0.0f);
     NF_LAUNCHED();
-    return 0;
+    return norm ? nf_cuda_rmsnorm_rows(c, h, n, T, n, hp->rms_eps, norm_w, out, n) : 0;
+}
+
+int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix) {
+    return hc_pre(be, il, site, X, T, h, mix, nullptr);
+}
+
+int nf_cuda_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,
+                        float *mix) {
+    return hc_pre(be, il, site, X, T, x, mix, w);
 }
 
 /* X[t][j][e] = post[j] y[t][e] + sum_i comb[i][j] X[t][i][e] (each thread owns one (t, e) column of X) */

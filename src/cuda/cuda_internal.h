@@ -205,8 +205,59 @@ __device__ __forceinline__ double nf_d_block_sum(double v, double *sh) {
     return r;
 }
 
+/* ---- RMSNorm's row reduction, shared by the kernels that normalise a row (cuda_norm.cu, cuda_hc.cu) ---- */
+/* Threads of a row's block: one float4 per thread, up to 1024 threads (a 16384-wide row then has four per thread,
+ * loaded together). With one block per row the loads of a thread must be in flight together: the former serial
+ * chain of dependent loads cost ~18 us per decode-token norm on the H200. */
+static inline unsigned nf_cuda_row_threads(int64_t n) {
+    int64_t t = ((n + 3) / 4 + 31) / 32 * 32;
+    return (unsigned)(t < 32 ? 32 : t > 1024 ? 1024 : t);
+}
+
+/* this thread's part of the row's sum of squares, in double (the block adds the parts: nf_d_block_sum); four
+ * loads are issued before their adds. vec4: the row start is 16-byte aligned and n % 4 == 0. Every RMSNorm of
+ * the backend (rmsnorm_kernel, the fused hc collapse + norm) sums this way, so with the same blockDim a row gives
+ * the same sum bit for bit whichever kernel normalises it. */
+__device__ __forceinline__ double nf_d_row_sumsq_part(const float *xr, int64_t n, int vec4) {
+    double ss = 0.0;
+    const int64_t bd = blockDim.x;
+    if (vec4) {
+        const float4 *x4 = (const float4 *)xr;
+        const int64_t n4 = n / 4;
+        for (int64_t b = threadIdx.x; b < n4; b += 4 * bd) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) v[u] = b + u * bd < n4 ? x4[b + u * bd] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                ss += (double)v[u].x * (double)v[u].x;
+                ss += (double)v[u].y * (double)v[u].y;
+                ss += (double)v[u].z * (double)v[u].z;
+                ss += (double)v[u].w * (double)v[u].w;
+            }
+        }
+    } else {
+        for (int64_t b = threadIdx.x; b < n; b += 4 * bd) {
+            float v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) v[u] = b + u * bd < n ? xr[b + u * bd] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 4; u++) ss += (double)v[u] * (double)v[u];
+        }
+    }
+    return ss;
+}
+
+/* 1 / rms from the block's sum of squares, in the CPU's operation order (src/cpu/vec.c) */
+__device__ __forceinline__ float nf_d_rms_inv(double ss, int64_t n, float eps) {
+    const float mean = (float)(ss / (double)n);
+    return 1.0f / sqrtf(__fadd_rn(mean, eps));
+}
+
 /* ---- blocks ---- */
 int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix);
+int nf_cuda_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,
+                        float *mix);
 int nf_cuda_hc_post(nf_backend *be, float *X, const float *y, const float *mix, int T);
 int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y);
 int nf_cuda_mla_project(nf_backend *be, int il, nf_state *st, const float *x, int T, float *qr, float *q);

@@ -5,46 +5,6 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_launch.h"
 
-/* Threads of a row's block: one float4 per thread, up to 1024 threads (a 16384-wide row then has four per thread,
- * loaded together). With one block per row the loads of a thread must be in flight together: the former serial
- * chain of dependent loads cost ~18 us per decode-token norm on the H200. */
-static unsigned row_threads(int64_t n) {
-    int64_t t = ((n + 3) / 4 + 31) / 32 * 32;
-    return (unsigned)(t < 32 ? 32 : t > 1024 ? 1024 : t);
-}
-
-/* this thread's part of the row's sum of squares, in double (the block adds the parts: nf_d_block_sum); four
- * loads are issued before their adds. vec4: the row start is 16-byte aligned and n % 4 == 0. */
-__device__ __forceinline__ double row_sumsq_part(const float *xr, int64_t n, int vec4) {
-    double ss = 0.0;
-    const int64_t bd = blockDim.x;
-    if (vec4) {
-        const float4 *x4 = (const float4 *)xr;
-        const int64_t n4 = n / 4;
-        for (int64_t b = threadIdx.x; b < n4; b += 4 * bd) {
-            float4 v[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) v[u] = b + u * bd < n4 ? x4[b + u * bd] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                ss += (double)v[u].x * (double)v[u].x;
-                ss += (double)v[u].y * (double)v[u].y;
-                ss += (double)v[u].z * (double)v[u].z;
-                ss += (double)v[u].w * (double)v[u].w;
-            }
-        }
-    } else {
-        for (int64_t b = threadIdx.x; b < n; b += 4 * bd) {
-            float v[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) v[u] = b + u * bd < n ? xr[b + u * bd] : 0.0f;
-#pragma unroll
-            for (int u = 0; u < 4; u++) ss += (double)v[u] * (double)v[u];
-        }
-    }
-    return ss;
-}
-
 /* one block per row: out = w * (x * r), then times sigmoid(gate) when given (the KDA output gate, as
  * src/cpu/kda.c applies it after the norm) */
 __global__ void rmsnorm_kernel(const float *x, int64_t ldx, int64_t n, float eps, const float *w, const float *gate,
@@ -54,9 +14,8 @@ __global__ void rmsnorm_kernel(const float *x, int64_t ldx, int64_t n, float eps
     const float *xr = x + (size_t)blockIdx.x * ldx;
     const float *gr = gate ? gate + (size_t)blockIdx.x * ldg : nullptr;
     float *o = out + (size_t)blockIdx.x * ldo;
-    const double ss = nf_d_block_sum(row_sumsq_part(xr, n, vec4), sh);
-    const float mean = (float)(ss / (double)n);
-    const float r = 1.0f / sqrtf(__fadd_rn(mean, eps));
+    const double ss = nf_d_block_sum(nf_d_row_sumsq_part(xr, n, vec4), sh);
+    const float r = nf_d_rms_inv(ss, n, eps);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
         float v = __fmul_rn(xr[i], r);
         if (w) v = __fmul_rn(w[i], v);
@@ -69,7 +28,7 @@ int nf_cuda_rmsnorm_gated_rows(nf_cuda *c, const float *x, int64_t ldx, int rows
                                const float *w, const float *gate, int64_t ldg, float *out, int64_t ldo) {
     if (rows <= 0) return 0;
     const int vec4 = n % 4 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0;
-    nf_launch(rmsnorm_kernel, rows, row_threads(n), 0, c->stream, x, ldx, n, eps, w, gate, ldg, out, ldo, vec4);
+    nf_launch(rmsnorm_kernel, rows, nf_cuda_row_threads(n), 0, c->stream, x, ldx, n, eps, w, gate, ldg, out, ldo, vec4);
     NF_LAUNCHED();
     return 0;
 }
@@ -107,7 +66,7 @@ __global__ void layernorm_kernel(const float *x, int64_t n, float eps, const flo
 int nf_cuda_layernorm_rows(nf_cuda *c, const float *x, int rows, int64_t n, float eps, const float *w,
                            const float *b, float *out) {
     if (rows <= 0) return 0;
-    nf_launch(layernorm_kernel, rows, row_threads(n), 0, c->stream, x, n, eps, w, b, out);
+    nf_launch(layernorm_kernel, rows, nf_cuda_row_threads(n), 0, c->stream, x, n, eps, w, b, out);
     NF_LAUNCHED();
     return 0;
 }

@@ -50,6 +50,11 @@ struct nf_backend {
     int (*hc_post)(nf_backend *be, float *X, const float *y, const float *mix, int T);
     /* out = RMSNorm(x) * w, rows of w->ne[0] */
     int (*rmsnorm)(nf_backend *be, const nf_tensor *w, const float *x, int T, float *out);
+    /* Optional (NULL: hc_pre, then rmsnorm of its h): x = RMSNorm(h) * w and mix as hc_pre makes them, in one
+     * call that does not return h; the same values bit for bit as the two calls (a backend fuses them to save
+     * a launch per site: 90 per decoded token on glm53) */
+    int (*hc_pre_norm)(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,
+                       float *mix);
 
     /* KDA block: y[T][n_embd] from the attn-normed x; updates the layer's conv window and recurrent state */
     int (*kda_block)(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y);

@@ -54,6 +54,14 @@ typedef struct {
         if ((call) < 0) goto fail;                                                                           \
     } while (0)
 
+/* the sub-layer's input x = RMSNorm(hc_pre's collapse of the streams) * w: one backend call where the backend
+ * fuses the two, else hc_pre then rmsnorm through b->h */
+static int hc_pre_normed(nf_backend *be, int il, int site, fw_bufs *b, int T, const nf_tensor *w) {
+    if (be->hc_pre_norm) return be->hc_pre_norm(be, il, site, b->X, T, w, b->x, b->mix);
+    if (be->hc_pre(be, il, site, b->X, T, b->h, b->mix) < 0) return -1;
+    return be->rmsnorm(be, w, b->h, T, b->x);
+}
+
 static void release_all(nf_backend *be, fw_bufs *b) {
     void *ps[] = {b->X, b->h, b->x, b->y, b->mix, b->qr, b->q, b->logits, b->sel};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
@@ -154,8 +162,7 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
     for (int il = part->layer_begin; il < part->layer_end; il++) {
         const nf_layer *L = &m->layers[il];
         /* attention site */
-        CHECK(be->hc_pre(be, il, 0, b.X, T, b.h, b.mix));
-        CHECK(be->rmsnorm(be, &L->attn_norm, b.h, T, b.x));
+        CHECK(hc_pre_normed(be, il, 0, &b, T, &L->attn_norm));
         if (hp->layer_kind[il] == NF_LAYER_KDA) {
             CHECK(be->kda_block(be, il, st, b.x, T, b.y));
         } else {
@@ -180,8 +187,7 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
         }
         CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
         /* FFN site */
-        CHECK(be->hc_pre(be, il, 1, b.X, T, b.h, b.mix));
-        CHECK(be->rmsnorm(be, &L->ffn_norm, b.h, T, b.x));
+        CHECK(hc_pre_normed(be, il, 1, &b, T, &L->ffn_norm));
         if (hp->layer_moe[il]) CHECK(be->moe_block(be, il, b.x, T, b.y));
         else CHECK(be->dense_mlp(be, il, b.x, T, b.y));
         CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
