@@ -12,11 +12,25 @@ after that the model trains with the sparse selection it will use at inference (
 MoE routing uses noaux_tc, so expert balance comes from the selection bias e_score_correction_bias, updated
 after every step by bias += u * sign(mean_load - load) (DeepSeek-V3's auxiliary-loss-free balancing).
 
+Continued training: --init DIR (an HF checkpoint, e.g. a previous run's $OUT/hf) or --init-gguf FILE (a bf16-recipe
+GGUF such as models/tiny/nf-tiny-bf16.gguf, turned back into the same model by gguf_to_hf.py, so no checkpoint has to
+travel to the GPU machine) starts from trained weights, e_score_correction_bias included. The optimizer state is not
+saved, so AdamW starts afresh. The defaults then change: no dense indexer warm-up (--dense-frac 0: the indexer is
+trained and the model already runs sparse), a short warm-up (20 steps, letting AdamW's moment estimates settle
+before large steps; beta2 0.95 averages over ~20 steps) to a peak of 1e-3, then cosine to 1e-4. Why that schedule:
+the first run ended at 2e-4 with the held-out loss still falling fast (3.44 -> 3.35 over its last 4.3M tokens), so
+the model needs a learning rate well above where it stopped to keep improving, but re-warming to the full 2e-3 of a
+from-scratch run would first undo part of what was learnt (the loss spike of re-warmed continual pre-training);
+half the original peak, annealed to below where the first run ended, is the usual compromise. The data order uses
+seed 1235 by default (1234 would replay the first run's batches); the total then reaches ~4 epochs of the 12.8M-token
+corpus, which data-constrained scaling results find about as useful as fresh data (watch the held-out loss).
+
 Logs (one JSON object per line) go to --log; the checkpoint is written with save_pretrained to --save
 (BF16, with the modules transformers keeps in float32 left in float32, shards of at most 15 MB).
 
 Usage (GPU):   python3 scripts/tiny_model/train.py --config models/tiny --data .tinydata --save $OUT/hf \
                    --log $OUT/train_log.jsonl --time-limit 520
+Usage (GPU, continuing the shipped model): ... train.py --init-gguf models/tiny/nf-tiny-bf16.gguf --batch 128 ...
 Usage (CPU smoke test, seconds): python3 scripts/tiny_model/train.py --smoke
 """
 import argparse, json, math, os, sys, time
@@ -36,6 +50,49 @@ def log(fh, **kw):
     if fh:
         fh.write(line + "\n")
         fh.flush()
+
+
+def file_sha256(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def init_source(a):
+    """What the weights start from, for the "start" log event."""
+    if a.init_gguf:
+        return {"kind": "gguf", "path": a.init_gguf, "sha256": file_sha256(a.init_gguf)}
+    if a.init:
+        shards = sorted(f for f in os.listdir(a.init) if f.endswith(".safetensors"))
+        return {"kind": "hf", "path": a.init, "sha256": {f: file_sha256(os.path.join(a.init, f)) for f in shards}}
+    return {"kind": "scratch", "seed": a.seed}
+
+
+def load_model(a):
+    """(config, model) from --init / --init-gguf, or freshly initialised."""
+    if a.init_gguf:
+        sys.modules.setdefault("train", sys.modules[__name__])   # gguf_to_hf builds the model with this module
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import gguf_to_hf
+        cfg, model = gguf_to_hf.build_model_from_gguf(a.init_gguf, a.config)
+    elif a.init:
+        from transformers import Glm5NextForConditionalGeneration
+        model = Glm5NextForConditionalGeneration.from_pretrained(a.init, dtype=torch.float32,
+                                                                 attn_implementation="sdpa")
+        cfg = model.config
+        for n, b in model.named_buffers():   # from_pretrained must not have left the selection bias at its init
+            if n.endswith("e_score_correction_bias") and not b.abs().sum() > 0:
+                raise SystemExit("train: --init %s: %s is all zero (not in the checkpoint?)" % (a.init, n))
+    else:
+        return build_model(a.config, a.smoke, a.seed)
+    if a.smoke:
+        raise SystemExit("train: --smoke builds its own small model; use --max-steps/--batch with --init instead")
+    cfg._attn_implementation = "sdpa"
+    cfg.text_config._attn_implementation = "sdpa"
+    return cfg, model
 
 
 def build_model(config_dir, smoke, seed):
@@ -207,30 +264,41 @@ def main():
     ap.add_argument("--seq", type=int, default=512)
     ap.add_argument("--batch", type=str, default="auto", help="batch size, or 'auto' (throughput probe)")
     ap.add_argument("--probe", type=str, default="32,64,128")
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--init", default=None, help="start from this HF checkpoint folder")
+    ap.add_argument("--init-gguf", default=None, help="start from this bf16-recipe GGUF (gguf_to_hf.py)")
+    ap.add_argument("--lr", type=float, default=None, help="peak lr (default 2e-3; 1e-3 with --init/--init-gguf)")
     ap.add_argument("--min-lr-frac", type=float, default=0.1)
-    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 100; 20 with --init*)")
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--time-limit", type=float, default=520.0, help="seconds from start, then save and stop")
     ap.add_argument("--max-steps", type=int, default=10 ** 9)
-    ap.add_argument("--dense-frac", type=float, default=0.15)
+    ap.add_argument("--dense-frac", type=float, default=None,
+                    help="dense indexer warm-up share of the run (default 0.15; 0 with --init*)")
     ap.add_argument("--bias-u", type=float, default=1e-3)
     ap.add_argument("--eval-every", type=float, default=75.0, help="seconds")
     ap.add_argument("--amp", action="store_true", help="bf16 autocast (default: fp32 with TF32 matmuls)")
-    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--seed", type=int, default=None, help="default 1234; 1235 with --init*")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
+    if a.init and a.init_gguf:
+        ap.error("--init and --init-gguf exclude each other")
+    resume = bool(a.init or a.init_gguf)
+    for k, fresh, cont in (("lr", 2e-3, 1e-3), ("warmup", 100, 20), ("dense_frac", 0.15, 0.0), ("seed", 1234, 1235)):
+        if getattr(a, k) is None:
+            setattr(a, k, cont if resume else fresh)
     if a.smoke:
         a.seq, a.batch, a.max_steps, a.warmup, a.eval_every = 64, "2", 6, 2, 1e9
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
+    if a.log and os.path.dirname(a.log):
+        os.makedirs(os.path.dirname(a.log), exist_ok=True)
     fh = open(a.log, "w") if a.log else None
     import transformers
     log(fh, event="start", torch=torch.__version__, transformers=transformers.__version__, device=device,
-        gpu=torch.cuda.get_device_name(0) if device == "cuda" else None, args=vars(a))
+        gpu=torch.cuda.get_device_name(0) if device == "cuda" else None, init=init_source(a), args=vars(a))
 
-    cfg, model = build_model(a.config, a.smoke, a.seed)
+    cfg, model = load_model(a)
     model.to(device).train()
     tc = cfg.text_config
     nparams = sum(p.numel() for p in model.parameters())
@@ -290,7 +358,7 @@ def main():
                 break
         B = best[0]
         # restart from a fresh model so the probe's steps do not count
-        cfg, model = build_model(a.config, a.smoke, a.seed)
+        cfg, model = load_model(a)
         model.to(device).train()
         hooks = Hooks(model)
         decay, no_decay = [], []
@@ -308,6 +376,9 @@ def main():
     t_start = time.time()
     budget = a.time_limit - (t_start - T0) - 25.0  # leave time for the final eval and the save
     step, tokens, last_eval = 0, 0, t_start
+    if resume:  # the starting point's held-out loss: shows the weights were loaded (and the baseline)
+        hooks.set_topk(topk_sparse)
+        log(fh, event="eval", step=0, heldout_loss=round(evaluate(model, held, S, B, 64, device, a.amp), 4), tokens=0)
     ema_tps = None
     try:
         while step < a.max_steps:
