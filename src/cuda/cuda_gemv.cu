@@ -56,12 +56,12 @@ int nf_fail(const char *fmt, ...);
 #define GEMV_FLIGHT_GOAL 196608    /* bytes in flight per SM that cover HBM latency at full bandwidth */
 /* IQ2_XXS tables, copied to shared memory per CTA at the start of the dynamic shared memory (a constant address,
  * so a lookup needs no base register arithmetic): the grid rows (256 x 8 bytes), the 8-bit sign patterns (128
- * bytes, each stored with the bits of either nibble reversed: see iq2_sign_words). The patterns stay bytes: 128
+ * bytes, each stored with the bits of either nibble reversed: see iq2_sign_lo). The patterns stay bytes: 128
  * bytes are one word per bank, so a warp's lookup is one conflict-free shared wavefront. A table of the patterns
  * already spread to 0x80 bytes (8 bytes each) saves 4 more issue slots per warp and 8 weights but, like the grid's
  * random 8-byte rows, costs ~4 wavefronts per lookup instead of 1 (~5.4 -> ~8.4 wavefronts, at one per clock per
  * SM, against ~32 issue slots / 4 schedulers = ~8 clocks), so shared memory would become the limit (branch
- * h/gemvlowbit-iq2-signmask has that variant for a GPU A/B). */
+ * h/gemvlowbit-signmask has that variant for a GPU A/B). */
 #define IQ2_GRID_AT 0
 #define IQ2_SIGNS_AT 2048
 #define IQ2_TABLE_BYTES 2176
