@@ -594,14 +594,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
             const uint8_t *src = W + (size_t)r0 * p.row_bytes;
             uint8_t *dst = stage + (size_t)st * p.stage_bytes;
             const int chunks = (int)((size_t)nr * p.row_bytes / 16);
-            /* chunk c = tid + i * nthreads (a warp's copy instruction reads 512 contiguous bytes); the addresses are
-             * stepped, not recomputed, and the loop unrolled: ~10 instructions per 16 bytes instead of ~13 (ptxas adds
-             * 3 never-executed LDS per LDGSTS), ~0.05 per weight of the 2-bit formats */
-            const size_t step = 16 * (size_t)nthreads;
-            const uint8_t *s = src + 16 * (size_t)tid;
-            uint8_t *d = dst + 16 * (size_t)tid;
-#pragma unroll 4
-            for (int c = tid; c < chunks; c += nthreads, s += step, d += step) __pipeline_memcpy_async(d, s, 16);
+            for (int c = tid; c < chunks; c += nthreads) __pipeline_memcpy_async(dst + 16 * c, src + 16 * (size_t)c, 16);
         }
         __pipeline_commit();
     };
