@@ -3,7 +3,9 @@
 #
 # A tiny emulation of the CUDA runtime subset src/cuda uses: kernels run on the host, one fiber (ucontext) per
 # CUDA thread, blocks one after another; __syncthreads and warp shuffles are barriers between the fibers;
-# memory calls are malloc/memcpy (cudaMalloc poisons with 0xFF so unwritten reads show up as NaN). The .cu files
+# memory calls are malloc/memcpy (cudaMalloc poisons with 0xFF so unwritten reads show up as NaN); cp.async copies
+# land as late as the hardware may land them (at the thread's __pipeline_wait_prior, or its end), so a missing
+# wait reads stale shared memory (inc/cuda_pipeline.h). The .cu files
 # are copied with `kernel<<<g, b, smem, s>>>(args)` rewritten to `cuemu_cfg(g, b, smem, s).run(kernel, args)`
 # and compiled by g++, then linked with tests/gpu/{main,test_backend,test_gemm,test_gemv,test_synth,test_attn,test_pipeline,test_router}.c and
 # the CPU library. Warp-wide tensor-core instructions (ldmatrix, mma.sync bf16) are emulated with their PTX fragment layouts

@@ -52,6 +52,13 @@ cudaError_t cudaMemGetInfo(size_t *f, size_t *t) { *f = *t = (size_t)16 << 30; r
 }
 static void trampoline() {
     (*cuemu_B->body)();
+    /* copies still in flight at the thread's end land (uncommitted ones too) */
+    auto &q = cuemu_B->cp[cuemu_B->cur];
+    q.groups.push_back(std::move(q.open));
+    q.open.clear();
+    for (auto &g : q.groups)
+        for (auto &c : g) memcpy(c.dst, c.bytes.data(), c.bytes.size());
+    q.groups.clear();
     cuemu_B->f[cuemu_B->cur].done = 1;
     swapcontext(&cuemu_B->f[cuemu_B->cur].ctx, &cuemu_B->sched);
 }
@@ -71,6 +78,7 @@ void cuemu_run_grid(dim3 g, dim3 b, size_t smem, const std::function<void()> &bo
     B.gdim = g;
     B.smem.assign(smem + 16, 0);
     B.vote.assign(nt, 0);
+    B.cp.assign(nt, cuemu_cp_queue());
     B.body = &body;
     for (unsigned bz = 0; bz < g.z; bz++)
         for (unsigned by = 0; by < g.y; by++)

@@ -23,6 +23,9 @@ struct cuemu_u3 { unsigned x, y, z; };
 #define __align__(n) __attribute__((aligned(n)))
 
 struct cuemu_fiber { ucontext_t ctx; unsigned tx, ty; int done, wait; /* 0 run, 1 block bar, 2 warp bar */ };
+/* a thread's cp.async copies not landed yet (cuda_pipeline.h): committed groups oldest first, then the open one */
+struct cuemu_cp { void *dst; std::vector<char> bytes; };
+struct cuemu_cp_queue { std::vector<std::vector<cuemu_cp>> groups; std::vector<cuemu_cp> open; };
 struct cuemu_block {
     std::vector<cuemu_fiber> f;
     int cur;
@@ -33,6 +36,7 @@ struct cuemu_block {
     std::vector<int> vote;
     double shfl[64][32];
     uint32_t xchg[64][32][8]; /* per-warp register exchange of the emulated warp-wide instructions */
+    std::vector<cuemu_cp_queue> cp; /* per thread */
     const std::function<void()> *body;
 };
 extern cuemu_block *cuemu_B;
