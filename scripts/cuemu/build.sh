@@ -7,7 +7,7 @@
 # land as late as the hardware may land them (at the thread's __pipeline_wait_prior, or its end), so a missing
 # wait reads stale shared memory (inc/cuda_pipeline.h). The .cu files
 # are copied with `kernel<<<g, b, smem, s>>>(args)` rewritten to `cuemu_cfg(g, b, smem, s).run(kernel, args)`
-# and compiled by g++, then linked with tests/gpu/{main,test_backend,test_gemm,test_gemv,test_synth,test_attn,test_pipeline,test_router}.c and
+# and compiled by g++, then linked with tests/gpu/{main,test_backend,test_gemm,test_gemv,test_synth,test_attn,test_pipeline,test_router,test_kda}.c and
 # the CPU library. Warp-wide tensor-core instructions (ldmatrix, mma.sync bf16) are emulated with their PTX fragment layouts
 # (cuemu_dev.h). It checks index math, orders and synchronisation logic; it cannot reproduce code generation
 # problems or timing. Slow: use the fixtures (NF_GPU_TEST_FIXTURES_ONLY=1) and --quick; `--only gemm` runs the
@@ -37,7 +37,7 @@ for f in "$out"/gen/*.cpp "$here/cuemu.cpp"; do
 done
 # the bench's read launch (cuda_bench.cu is not emulated; test_gemv.c only calls it with --bench)
 echo 'int nf_cuda_read_launch(const void *p, unsigned long n, unsigned *s, void *st) { (void)p; (void)n; (void)s; (void)st; return -1; }' > "$out/stub.c"
-for f in "$root/tests/gpu/main.c" "$root/tests/gpu/test_backend.c" "$root/tests/gpu/test_gemm.c" "$root/tests/gpu/test_gemv.c" "$root/tests/gpu/test_synth.c" "$root/tests/gpu/test_attn.c" "$root/tests/gpu/test_pipeline.c" "$root/tests/gpu/test_router.c" "$out/stub.c"; do
+for f in "$root/tests/gpu/main.c" "$root/tests/gpu/test_backend.c" "$root/tests/gpu/test_gemm.c" "$root/tests/gpu/test_gemv.c" "$root/tests/gpu/test_synth.c" "$root/tests/gpu/test_attn.c" "$root/tests/gpu/test_pipeline.c" "$root/tests/gpu/test_router.c" "$root/tests/gpu/test_kda.c" "$out/stub.c"; do
     gcc -O1 -g -std=c11 -D_GNU_SOURCE $inc -c "$f" -o "$out/$(basename "${f%.c}").o"
 done
 g++ -g "$out"/*.o "$root/build/libnf.a" -lm -lpthread -lpcre2-8 -ljansson -o "$out/nf-gpu-tests-emu"

@@ -183,6 +183,14 @@ int nf_cuda_scale(nf_cuda *c, float *x, int64_t n, float s);
 __device__ __forceinline__ float nf_d_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float nf_d_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float nf_d_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+/* KDA's per-key-channel decay e = exp(gate(graw + dt)) (src/cpu/kda.c): with a negative lower bound lb,
+ * gate(f) = lb * sigmoid(rate * f), else -rate * softplus(f); rate = exp(A_log) = -ssm_a. One definition for both
+ * recurrence paths (cuda_kda.cu, cuda_kda_scan.cu), which must compute it with the same operations. */
+__device__ __forceinline__ float nf_d_kda_decay(float graw, float dt, float rate, float lb) {
+    const float f = __fadd_rn(graw, dt);
+    const float g = lb < 0.0f ? __fmul_rn(lb, nf_d_sigmoid(__fmul_rn(rate, f))) : __fmul_rn(-rate, nf_d_softplus(f));
+    return expf(g);
+}
 /* The sum of v over the block, returned to every thread: warp trees, then warp 0 adds the warps' sums with a
  * tree (a fixed order, so the result does not depend on timing). blockDim.x a multiple of 32 (<= 1024), every
  * thread calls it; sh: 32 doubles of shared memory, reusable right after the call returns. */

@@ -1,10 +1,11 @@
 /* cuda_kda.cu — Kimi Delta Attention on the GPU (the CPU reference and the mathematics: src/cpu/kda.c).
  *
  * q|k|v projections written after the layer's conv window (device state), the causal depthwise conv + SiLU,
- * the new window copied back, then the exact per-token delta-rule recurrence in fp32 (one launch that also
- * applies the per-head L2 norms of q and k (q scaled by 1/sqrt(hd)), the forget gate and beta: see
- * kda_recurrence_kernel), then the per-head RMSNorm times the output gate (one launch) and the output projection. */
+ * the new window copied back, then the exact per-token delta-rule recurrence in fp32 (nf_cuda_kda_recurrence,
+ * cuda_kda.h: the fused kernel below for a few tokens, the prepared path of cuda_kda_scan.cu for prefill;
+ * bit-identical), then the per-head RMSNorm times the output gate (one launch) and the output projection. */
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_kda.h"
 #include "cuda/cuda_launch.h"
 
 static unsigned blocks_for(int64_t n) {
@@ -29,12 +30,11 @@ __global__ void kda_conv_kernel(const float *hist, int T, int K, int inner, cons
     }
 }
 
-#define KDA_ROWS 16 /* key rows of S per thread, kept in registers over the tokens */
-
-/* The delta-rule recurrence with its per-token inputs prepared on the fly (in the CPU's operations, src/cpu/kda.c):
+/* The fused path of nf_cuda_kda_recurrence (cuda_kda.h): the delta-rule recurrence with its per-token inputs
+ * prepared on the fly (in the CPU's operations, src/cpu/kda.c):
  * q and k L2-normalised (q times qscale), e = exp(gate(g_raw + dt)), beta = sigmoid(beta_raw). Block
  * (column group blockIdx.x, head blockIdx.y), 32 * ry threads: lane tx owns value column j = 32 * blockIdx.x + tx
- * (columns are independent), warp ty owns key rows [KDA_ROWS * ty, KDA_ROWS * (ty + 1)) of that column in
+ * (columns are independent), warp ty owns key rows [NF_KDA_ROWS * ty, NF_KDA_ROWS * (ty + 1)) of that column in
  * registers. The two key reductions per token (pred and the output) are each thread's sum over its rows in double,
  * then the warps' partial sums added in warp order, rounded to f32 once: a fixed order, so a token's values do not
  * depend on T (chunked prefill and decode stay bit-identical to one-shot prefill on the GPU); the CPU adds in f32
@@ -48,12 +48,12 @@ __global__ void kda_recurrence_kernel(float *S, const float *qkv, const float *g
     __shared__ double rsh[32];
     float *sq = sh, *sk = sh + hd, *se = sh + 2 * hd;
     const int h = blockIdx.y, tid = threadIdx.x, tx = tid % 32, ty = tid / 32, ry = blockDim.x / 32;
-    const int j = blockIdx.x * 32 + tx, inner = H * hd, i0 = ty * KDA_ROWS;
+    const int j = blockIdx.x * 32 + tx, inner = H * hd, i0 = ty * NF_KDA_ROWS;
     const bool col = j < hd;
     float *Sh = S + (size_t)h * hd * hd;
-    float Sr[KDA_ROWS];
+    float Sr[NF_KDA_ROWS];
 #pragma unroll
-    for (int r = 0; r < KDA_ROWS; r++) Sr[r] = col && i0 + r < hd ? Sh[(size_t)(i0 + r) * hd + j] : 0.0f;
+    for (int r = 0; r < NF_KDA_ROWS; r++) Sr[r] = col && i0 + r < hd ? Sh[(size_t)(i0 + r) * hd + j] : 0.0f;
     const float rate = -ssm_a[h];
     for (int t = 0; t < T; t++) {
         const float *row = qkv + (size_t)t * 3 * inner;
@@ -64,9 +64,7 @@ __global__ void kda_recurrence_kernel(float *S, const float *qkv, const float *g
             sk[i] = kv;
             pq += (double)qv * (double)qv;
             pk += (double)kv * (double)kv;
-            const float f = __fadd_rn(graw[(size_t)t * inner + h * hd + i], dt[h * hd + i]);
-            const float g = lb < 0.0f ? __fmul_rn(lb, nf_d_sigmoid(__fmul_rn(rate, f))) : __fmul_rn(-rate, nf_d_softplus(f));
-            se[i] = expf(g);
+            se[i] = nf_d_kda_decay(graw[(size_t)t * inner + h * hd + i], dt[h * hd + i], rate, lb);
         }
         const float dq = sqrtf(__fadd_rn((float)nf_d_block_sum(pq, rsh), 1e-6f));
         const float dk = sqrtf(__fadd_rn((float)nf_d_block_sum(pk, rsh), 1e-6f));
@@ -78,7 +76,7 @@ __global__ void kda_recurrence_kernel(float *S, const float *qkv, const float *g
         const float beta = nf_d_sigmoid(braw[(size_t)t * H + h]);
         double p = 0.0;
 #pragma unroll
-        for (int r = 0; r < KDA_ROWS; r++) {
+        for (int r = 0; r < NF_KDA_ROWS; r++) {
             if (i0 + r < hd) {
                 const float s = __fmul_rn(Sr[r], se[i0 + r]);
                 Sr[r] = s;
@@ -93,7 +91,7 @@ __global__ void kda_recurrence_kernel(float *S, const float *qkv, const float *g
         const float d = __fmul_rn(__fsub_rn(v, (float)pred), beta);
         double acc = 0.0;
 #pragma unroll
-        for (int r = 0; r < KDA_ROWS; r++) {
+        for (int r = 0; r < NF_KDA_ROWS; r++) {
             if (i0 + r < hd) {
                 const float s = __fadd_rn(Sr[r], __fmul_rn(sk[i0 + r], d));
                 Sr[r] = s;
@@ -110,8 +108,32 @@ __global__ void kda_recurrence_kernel(float *S, const float *qkv, const float *g
         __syncthreads();
     }
 #pragma unroll
-    for (int r = 0; r < KDA_ROWS; r++)
+    for (int r = 0; r < NF_KDA_ROWS; r++)
         if (col && i0 + r < hd) Sh[(size_t)(i0 + r) * hd + j] = Sr[r];
+}
+
+static bool prepared_allowed(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_KDA_PREP", "off");
+}
+
+extern "C" int nf_cuda_kda_recurrence(cudaStream_t s, int path, float *S, float *qkv, float *g, const float *dt,
+                                      const float *ssm_a, float lb, float *beta, float qscale, float *o, int T, int H,
+                                      int hd) {
+    if (H < 1 || hd < 1 || hd > NF_KDA_MAX_HEAD_DIM)
+        return nf_fail("cuda kda: %d heads of head_dim %d unsupported (head_dim <= %d)", H, hd, NF_KDA_MAX_HEAD_DIM);
+    if (T <= 0) return 0;
+    if (path == NF_KDA_AUTO)
+        path = prepared_allowed() && T >= NF_KDA_PREPARED_MIN_T && nf_cuda_kda_prepared_supported(hd) ? NF_KDA_PREPARED
+                                                                                                     : NF_KDA_FUSED;
+    if (path == NF_KDA_PREPARED) return nf_cuda_kda_prepared(s, S, qkv, g, dt, ssm_a, lb, beta, qscale, o, T, H, hd);
+    if (path != NF_KDA_FUSED) return nf_fail("cuda kda: unknown recurrence path %d", path);
+    const int ry = (hd + NF_KDA_ROWS - 1) / NF_KDA_ROWS;
+    const dim3 grid((hd + 31) / 32, H);
+    nf_launch(kda_recurrence_kernel, grid, 32 * ry, 3 * hd * sizeof(float), s, S, (const float *)qkv,
+              (const float *)g, dt, ssm_a, lb, (const float *)beta, qscale, o, T, H, hd);
+    NF_LAUNCHED();
+    return 0;
 }
 
 int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y) {
@@ -122,7 +144,7 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
     nf_layer_state *LS = &st->L[il];
     const int n = hp->n_embd, H = hp->kda_n_head, hd = hp->kda_head_dim, inner = H * hd, width = 3 * inner;
     const int K = hp->kda_conv, rank = hp->kda_gate_rank > 0 ? hp->kda_gate_rank : (int)L->kda_f_a.ne[1];
-    if (hd > 32 * KDA_ROWS) return nf_fail("cuda kda: head_dim %d > %d unsupported", hd, 32 * KDA_ROWS);
+    if (hd > NF_KDA_MAX_HEAD_DIM) return nf_fail("cuda kda: head_dim %d > %d unsupported", hd, NF_KDA_MAX_HEAD_DIM);
     const float *wq = nf_cuda_vec(c, &L->kda_conv_q), *wk = nf_cuda_vec(c, &L->kda_conv_k),
                 *wv = nf_cuda_vec(c, &L->kda_conv_v), *dt = nf_cuda_vec(c, &L->kda_dt_bias),
                 *ssm_a = nf_cuda_vec(c, &L->kda_a), *onorm = nf_cuda_vec(c, &L->kda_norm);
@@ -153,12 +175,9 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
     nf_cuda_mat mb = nf_cuda_mat_of(c, &L->kda_beta);
     if (nf_cuda_matmul(c, &mb, x, T, n, beta, H) < 0) return -1;
 
-    const int ry = (hd + KDA_ROWS - 1) / KDA_ROWS;
-    const dim3 grid((hd + 31) / 32, H);
-    nf_launch(kda_recurrence_kernel, grid, 32 * ry, 3 * hd * sizeof(float), s, LS->S, qkv, g, dt, ssm_a,
-              hp->kda_gate_lower_bound, beta,
-              1.0f / sqrtf((float)hd), o, T, H, hd);
-    NF_LAUNCHED();
+    if (nf_cuda_kda_recurrence(s, NF_KDA_AUTO, LS->S, qkv, g, dt, ssm_a, hp->kda_gate_lower_bound, beta,
+                               1.0f / sqrtf((float)hd), o, T, H, hd) < 0)
+        return nf_fail_prefix("layer %d kda", il);
 
     nf_cuda_mat ga = nf_cuda_mat_of(c, &L->kda_g_a), gb = nf_cuda_mat_of(c, &L->kda_g_b);
     if (nf_cuda_matmul(c, &ga, x, T, n, tmp, rank) < 0 || nf_cuda_matmul(c, &gb, tmp, T, rank, gate, inner) < 0)

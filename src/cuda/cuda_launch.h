@@ -33,9 +33,9 @@ int nf_cuda_pdl_enabled(void);
 /* a forward of T tokens starts (NF_CUDA_PDL=decode uses PDL for decode-sized forwards only) */
 void nf_cuda_pdl_forward(int T);
 
-/* The A/B switches of kernel variants (NF_GEMV_STAGE_X, NF_CUDA_HC_SINKHORN, NF_CUDA_MLA_SPLIT): 1 unless the
- * environment variable `name` equals `off_value`; read once per call site, which passes its own cache (-1 =
- * not read yet). */
+/* The A/B switches of kernel variants (NF_GEMV_STAGE_X, NF_CUDA_HC_SINKHORN, NF_CUDA_MLA_SPLIT,
+ * NF_CUDA_KDA_PREP): 1 unless the environment variable `name` equals `off_value`; read once per call site, which
+ * passes its own cache (-1 = not read yet). */
 static inline int nf_cuda_env_switch(int *cache, const char *name, const char *off_value) {
     if (*cache < 0) {
         const char *e = getenv(name);

@@ -27,4 +27,8 @@ int nf_gpu_test_pipeline(int quick);
 /* test_router.c: the MoE router's top-k and weights vs the CPU's rules (ties, NaN, many experts). */
 int nf_gpu_test_router(void);
 
+/* test_kda.c: the KDA recurrence's fused and prepared paths bit-identical (one-shot, chunked, token by token) and
+ * within tolerance of the CPU; bench != 0 adds their timing at glm53's shapes. quick != 0: no full-size case. */
+int nf_gpu_test_kda(int bench, int quick);
+
 #endif
