@@ -39,12 +39,20 @@ int nf_cuda_idx_topk(cudaStream_t stream, const uint32_t *keys, int64_t ld, cons
 /* Sparse absorbed MLA core for T tokens and H heads: with s over the valid (>= 0) entries of sel[t][width],
  *   S[t][h][s] = (qt[t][h] . latent[sel[t][s]]) * scale,  p = softmax_s(S),  U[t][h] = sum_s p[t][h][s] latent[sel[t][s]]
  * qt [T][H][kl], U [T][H][kl]; S is caller scratch of nf_cuda_mla_scratch_floats(T, H, kl, width) floats. A token
- * with no valid entry gets U = 0. A few tokens (T <= 4, kl a power-of-two multiple of 32 up to 1024) take the
- * split-selection decode kernels unless NF_CUDA_MLA_SPLIT=off (cuda_mla.cu): same values to f32 rounding, not
- * bit-identical to the tiled path that more tokens take. */
+ * with no valid entry gets U = 0. A few tokens (T <= 4, kl a power-of-two multiple of 32) take a decode path
+ * (cuda_mla_decode.cu): the two-pass kernels (kl <= 512), else the online-softmax split kernels (kl <= 1024); the
+ * same values to f32 rounding, not bit-identical to the tiled path that more tokens take, but the same for any
+ * T <= 4. NF_CUDA_MLA_TWOPASS=off picks the online kernels, NF_CUDA_MLA_SPLIT=off the tiled path for every T. */
 size_t nf_cuda_mla_scratch_floats(int T, int H, int kl, int width);
 int nf_cuda_mla_core(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H, int kl,
                      int width, float scale, float *S, float *U);
+
+/* The core with its path forced, for tests and for timing the paths against each other in one process (the
+ * environment switches are read once); NF_MLA_PATH_AUTO is nf_cuda_mla_core. A decode path forced on sizes it
+ * does not take fails. */
+typedef enum { NF_MLA_PATH_AUTO, NF_MLA_PATH_TILED, NF_MLA_PATH_ONLINE, NF_MLA_PATH_TWOPASS } nf_mla_path;
+int nf_cuda_mla_core_path(nf_mla_path path, cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel,
+                          int T, int H, int kl, int width, float scale, float *S, float *U);
 
 #ifdef __cplusplus
 }

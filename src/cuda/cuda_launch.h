@@ -34,8 +34,8 @@ int nf_cuda_pdl_enabled(void);
 void nf_cuda_pdl_forward(int T);
 
 /* The A/B switches of kernel variants (NF_GEMV_STAGE_X, NF_CUDA_HC_SINKHORN, NF_CUDA_MLA_SPLIT,
- * NF_CUDA_KDA_PREP): 1 unless the environment variable `name` equals `off_value`; read once per call site, which
- * passes its own cache (-1 = not read yet). */
+ * NF_CUDA_MLA_TWOPASS, NF_CUDA_KDA_PREP): 1 unless the environment variable `name` equals `off_value`; read once
+ * per call site, which passes its own cache (-1 = not read yet). */
 static inline int nf_cuda_env_switch(int *cache, const char *name, const char *off_value) {
     if (*cache < 0) {
         const char *e = getenv(name);

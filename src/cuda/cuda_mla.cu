@@ -16,7 +16,9 @@
  * or CTAs, so the tile shapes, which differ between decode (T = 1: more, smaller CTAs to fill the GPU) and
  * prefill, do not change a single bit: chunked prefill and decode stay bit-identical to one-shot prefill.
  * The two-pass softmax (scores in global scratch, [T][H][width rounded up to 4]) is what makes that possible
- * without a split-K combine; prefill runs the core over token chunks so the scratch stays bounded. */
+ * without a split-K combine; prefill runs the core over token chunks so the scratch stays bounded.
+ * A few tokens (T <= 4) take a decode path instead (cuda_mla_decode.cu), which splits the selection across CTAs
+ * to use the whole GPU and so sums in another order; nf_cuda_mla_core_path below picks the path. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@
 #include "cuda/cuda_attn.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_launch.h"
+#include "cuda/cuda_mla_decode.h"
 
 int nf_cuda_mla_project(nf_backend *be, int il, nf_state *st, const float *x, int T, float *qr, float *q) {
     nf_cuda *c = nf_cuda_of(be);
@@ -266,153 +269,56 @@ __global__ void __launch_bounds__(256) mla_value_kernel(const float *__restrict_
     }
 }
 
-/* ---- decode core: the selection split across CTAs (flash-decoding) ----
- * For a few tokens the tiled kernels above leave most of the GPU idle: each output is one register summing up to
- * 2051 terms in order (~115 us per layer at the release's sizes). Here CTA = (slot range of MD_ROWS, token, 8 heads),
- * warp = one head, lane = kl/32 consecutive latent dims; per selected row the warp forms the score (lane partial
- * dot + butterfly sum), updates a running max / sum (online softmax) and rescales its accumulators; a combine
- * kernel merges the ranges: M = max m_i, L = sum l_i e^(m_i - M), U = sum acc_i e^(m_i - M) / L. The summation
- * order differs from the tiled path (results agree to f32 rounding, tests/gpu/test_attn.c), so decode is no
- * longer bit-identical to prefill: within 1e-5 relative, as the spec allows. */
-#define MD_ROWS 32  /* selected rows per CTA: 65 ranges x 8 head groups = 520 CTAs for one token at the release dims */
-#define MD_HEADS 8
-#define MD_BATCH 4  /* rows whose loads a warp keeps in flight together */
-
-static inline int md_splits(int width) { return (width + MD_ROWS - 1) / MD_ROWS; }
-static inline bool md_supported(int T, int kl) { return T <= 4 && kl % 32 == 0 && kl <= 1024 && ((kl / 32) & (kl / 32 - 1)) == 0; }
-
-template <int KPL>
-__device__ __forceinline__ void md_load(float (&r)[KPL], const float *p) {
-    if constexpr (KPL % 4 == 0) {
-#pragma unroll
-        for (int i = 0; i < KPL; i += 4) {
-            const float4 v = __ldg((const float4 *)(p + i));
-            r[i] = v.x;
-            r[i + 1] = v.y;
-            r[i + 2] = v.z;
-            r[i + 3] = v.w;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < KPL; i++) r[i] = __ldg(p + i);
-    }
-}
-
-/* part[((t*H + h)*nsplit + split)*(kl + 2) + ...] = acc[kl], m, l */
-template <int KPL>
-__global__ void __launch_bounds__(256) mla_decode_split_kernel(const float *__restrict__ latent, const float *__restrict__ qt,
-                                                               const int32_t *__restrict__ sel, int H, int kl, int width,
-                                                               float scale, int nsplit, float *__restrict__ part) {
-    NF_PDL_ENTER();
-    const int split = blockIdx.x, t = blockIdx.y, h = blockIdx.z * MD_HEADS + threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (h >= H) return;
-    float q[KPL], acc[KPL];
-    md_load<KPL>(q, qt + ((int64_t)t * H + h) * kl + lane * KPL);
-#pragma unroll
-    for (int k = 0; k < KPL; k++) acc[k] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    const int32_t *row = sel + (int64_t)t * width;
-    const int s1 = imin(width, (split + 1) * MD_ROWS);
-    /* MD_BATCH rows at a time: their loads are in flight together (one row per step left the warp waiting on
-     * one load latency per row); then the rows are folded in index order */
-    for (int s0 = split * MD_ROWS; s0 < s1; s0 += MD_BATCH) {
-        int32_t p[MD_BATCH];
-        float cv[MD_BATCH][KPL], d[MD_BATCH];
-#pragma unroll
-        for (int j = 0; j < MD_BATCH; j++) {
-            p[j] = s0 + j < s1 ? __ldg(row + s0 + j) : -1; /* the same for the whole warp: uniform */
-            if (p[j] >= 0) md_load<KPL>(cv[j], latent + (int64_t)p[j] * kl + lane * KPL);
-        }
-#pragma unroll
-        for (int j = 0; j < MD_BATCH; j++) {
-            d[j] = 0.0f;
-            if (p[j] >= 0) {
-#pragma unroll
-                for (int k = 0; k < KPL; k++) d[j] = fmaf(q[k], cv[j][k], d[j]);
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1)
-#pragma unroll
-            for (int j = 0; j < MD_BATCH; j++) d[j] += __shfl_xor_sync(0xffffffffu, d[j], o);
-#pragma unroll
-        for (int j = 0; j < MD_BATCH; j++) {
-            if (p[j] < 0) continue;
-            const float sc = d[j] * scale, mn = fmaxf(m, sc);
-            const float corr = expf(m - mn), e = expf(sc - mn);
-            l = fmaf(l, corr, e);
-#pragma unroll
-            for (int k = 0; k < KPL; k++) acc[k] = fmaf(e, cv[j][k], acc[k] * corr);
-            m = mn;
-        }
-    }
-    float *o = part + (((int64_t)t * H + h) * nsplit + split) * (kl + 2);
-#pragma unroll
-    for (int k = 0; k < KPL; k++) o[lane * KPL + k] = acc[k];
-    if (lane == 0) {
-        o[kl] = m;
-        o[kl + 1] = l;
-    }
-}
-
-/* CTA = (token, head); thread = latent dims d, d + blockDim, ... */
-__global__ void mla_decode_combine_kernel(const float *__restrict__ part, int kl, int nsplit, float *__restrict__ U) {
-    NF_PDL_ENTER();
-    const int64_t th = blockIdx.x;
-    const float *pp = part + th * nsplit * (kl + 2);
-    float M = -INFINITY;
-    for (int i = 0; i < nsplit; i++) M = fmaxf(M, pp[(int64_t)i * (kl + 2) + kl]);
-    float L = 0.0f;
-    for (int i = 0; i < nsplit; i++) {
-        const float *pi = pp + (int64_t)i * (kl + 2);
-        if (pi[kl + 1] > 0.0f) L = fmaf(pi[kl + 1], expf(pi[kl] - M), L);
-    }
-    for (int d = threadIdx.x; d < kl; d += blockDim.x) {
-        float u = 0.0f;
-        for (int i = 0; i < nsplit; i++) {
-            const float *pi = pp + (int64_t)i * (kl + 2);
-            if (pi[kl + 1] > 0.0f) u = fmaf(pi[d], expf(pi[kl] - M), u);
-        }
-        U[th * kl + d] = L > 0.0f ? u / L : 0.0f; /* no valid entry: U = 0 */
-    }
-}
-
-template <int KPL>
-static void md_launch(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H, int kl,
-                      int width, float scale, float *part) {
-    dim3 g(md_splits(width), T, (H + MD_HEADS - 1) / MD_HEADS);
-    nf_launch(mla_decode_split_kernel<KPL>, g, 32 * MD_HEADS, 0, stream, latent, qt, sel, H, kl, width, scale, md_splits(width), part);
-}
-
-static bool md_enabled(void) {
+static bool split_enabled(void) {
     static int cache = -1;
     return nf_cuda_env_switch(&cache, "NF_CUDA_MLA_SPLIT", "off");
 }
+static bool twopass_enabled(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_MLA_TWOPASS", "off");
+}
 
 extern "C" size_t nf_cuda_mla_scratch_floats(int T, int H, int kl, int width) {
-    size_t tiled = (size_t)T * H * srow(width);
-    size_t split = md_supported(T, kl) ? (size_t)T * H * md_splits(width) * (kl + 2) : 0;
-    return tiled > split ? tiled : split;
+    size_t n = (size_t)T * H * srow(width);
+    if (nf_mla_online_supported(T, kl)) {
+        const size_t o = nf_mla_online_scratch_floats(T, H, kl, width);
+        n = o > n ? o : n;
+    }
+    if (nf_mla_twopass_supported(T, kl)) {
+        const size_t o = nf_mla_twopass_scratch_floats(T, H, kl, width);
+        n = o > n ? o : n;
+    }
+    return n;
 }
 
 extern "C" int nf_cuda_mla_core(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T,
                                 int H, int kl, int width, float scale, float *S, float *U) {
+    return nf_cuda_mla_core_path(NF_MLA_PATH_AUTO, stream, latent, qt, sel, T, H, kl, width, scale, S, U);
+}
+
+extern "C" int nf_cuda_mla_core_path(nf_mla_path path, cudaStream_t stream, const float *latent, const float *qt,
+                                     const int32_t *sel, int T, int H, int kl, int width, float scale, float *S, float *U) {
     if (T <= 0) return 0;
     if (kl % 4 != 0 || kl <= 0) return nf_fail("cuda mla: kv_lora_rank %d is not a multiple of 4", kl);
     if (T > 65535) return nf_fail("cuda mla: %d tokens in one attention call", T);
-    if (md_supported(T, kl) && md_enabled()) {
-        switch (kl / 32) {
-        case 1: md_launch<1>(stream, latent, qt, sel, T, H, kl, width, scale, S); break;
-        case 2: md_launch<2>(stream, latent, qt, sel, T, H, kl, width, scale, S); break;
-        case 4: md_launch<4>(stream, latent, qt, sel, T, H, kl, width, scale, S); break;
-        case 8: md_launch<8>(stream, latent, qt, sel, T, H, kl, width, scale, S); break;
-        case 16: md_launch<16>(stream, latent, qt, sel, T, H, kl, width, scale, S); break;
-        default: md_launch<32>(stream, latent, qt, sel, T, H, kl, width, scale, S); break;
-        }
-        NF_LAUNCHED();
-        nf_launch(mla_decode_combine_kernel, (unsigned)((int64_t)T * H), 128, 0, stream, S, kl, md_splits(width), U);
-        NF_LAUNCHED();
-        return 0;
+    if (path == NF_MLA_PATH_AUTO) {
+        path = NF_MLA_PATH_TILED;
+        if (split_enabled() && nf_mla_online_supported(T, kl)) path = NF_MLA_PATH_ONLINE;
+        if (split_enabled() && twopass_enabled() && nf_mla_twopass_supported(T, kl)) path = NF_MLA_PATH_TWOPASS;
+    }
+    switch (path) {
+    case NF_MLA_PATH_TWOPASS:
+        if (!nf_mla_twopass_supported(T, kl))
+            return nf_fail("cuda mla: the two-pass decode path takes T <= 4, kv_lora_rank 32 x 1..16 (a power of two), "
+                           "not T %d, kv_lora_rank %d", T, kl);
+        return nf_mla_twopass(stream, latent, qt, sel, T, H, kl, width, scale, S, U);
+    case NF_MLA_PATH_ONLINE:
+        if (!nf_mla_online_supported(T, kl))
+            return nf_fail("cuda mla: the online decode path takes T <= 4, kv_lora_rank 32 x 1..32 (a power of two), "
+                           "not T %d, kv_lora_rank %d", T, kl);
+        return nf_mla_online(stream, latent, qt, sel, T, H, kl, width, scale, S, U);
+    case NF_MLA_PATH_TILED: break;
+    default: return nf_fail("cuda mla: unknown core path %d", (int)path);
     }
     const int64_t lds = srow(width);
     /* decode (few tokens): smaller tiles, so that one token still spreads over most of the GPU */

@@ -13,13 +13,17 @@
  * than that capacity (mostly zero scores: the ordered scan); queries on both sides of the point where the
  * visible pools exceed the budget; decode (T = 1) and prefill (T > 4) kernel shapes.
  *
- * Attention core (tolerance): the release dims (64 heads, latent 512, 2051-wide rows) against a double
- * precision reference, rows with all, some, holed and no valid entries; relative error per (token, head)
- * <= 2e-5 (f32 sums of <= 2051 terms). Decode-shaped calls (T = 1, the split-selection kernels) are held to the same
- * tolerance (they sum in another order, so they are not bit-identical to the batched call).
+ * Attention core (tolerance): the release dims (64 heads, latent 512, 2051-wide rows) and smaller odd ones (70
+ * heads: two head tiles and a padded head stride; 2 heads x latent 32) against a double precision reference, rows
+ * with all, some, holed and no valid entries, and valid entries only in the middle (whole selection ranges
+ * empty); relative error per (token, head) <= 2e-5 (f32 sums of <= 2051 terms). Decode-shaped calls (T <= 4) are
+ * held to the same tolerance on every decode path (the default; at the smaller dims also the two-pass and online
+ * kernels forced: they sum in another order, so they are not bit-identical to the batched call), and calls of 4 and 3 tokens
+ * must give each token exactly the bits of its one-token call (cuda_attn.h: results independent of T).
  *
  * --bench: per-phase timing (indexer scoring, selection, attention core) per MLA layer and per token at
- * several context lengths with the release dims on random data, decode (T = 1) and a prefill chunk. */
+ * several context lengths with the release dims on random data, decode (T = 1) and a prefill chunk; for decode
+ * also the attention core on each path (tiled, online, two-pass), timed interleaved in the same loop. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -236,7 +240,9 @@ static double core_err(const double *ref, const float *g, int n, int kl) {
     return worst;
 }
 
-static void core_check(int H, int kl, int width, int64_t ctx, int T) {
+/* force_paths: also the two-pass and online decode paths forced, one token per call (at the release dims the
+ * default decode calls cover the two-pass path: the emulator, scripts/cuemu, would take minutes more) */
+static void core_check(int H, int kl, int width, int64_t ctx, int T, int force_paths) {
     float *lat = nf_xmalloc((size_t)ctx * kl * sizeof(float)), *qt = nf_xmalloc((size_t)T * H * kl * sizeof(float));
     int32_t *sel = nf_xmalloc((size_t)T * width * sizeof(int32_t));
     for (int64_t i = 0; i < ctx * kl; i++) lat[i] = gauss();
@@ -250,11 +256,14 @@ static void core_check(int H, int kl, int width, int64_t ctx, int T) {
             perm[i] = perm[j];
             perm[j] = x;
         }
-        int nvalid = t % 6 == 0 ? width : t % 6 == 1 ? 100 : t % 6 == 2 ? 0 : t % 6 == 3 ? width : t % 6 == 4 ? 37 : width - 5;
+        const int kind = t % 7;
+        int nvalid = kind == 0 ? width : kind == 1 ? 100 : kind == 2 ? 0 : kind == 3 ? width : kind == 4 ? 37 : width - 5;
         int32_t *row = sel + (size_t)t * width;
         for (int s = 0; s < width; s++) row[s] = s < nvalid ? perm[s] : -1;
-        if (t % 6 == 3)
+        if (kind == 3)
             for (int s = 7; s < width; s += 11) row[s] = -1; /* holes */
+        if (kind == 6) /* valid entries only in the middle: the first and last ranges of rows hold none */
+            for (int s = 0; s < width; s++) row[s] = s >= width / 10 && s < width / 4 ? perm[s] : -1;
     }
     /* reference in double */
     double *ref = nf_xmalloc((size_t)T * H * kl * sizeof(double)), *sc = nf_xmalloc((size_t)width * sizeof(double));
@@ -283,40 +292,70 @@ static void core_check(int H, int kl, int width, int64_t ctx, int T) {
         }
     float *dlat = dup_to_dev(lat, (size_t)ctx * kl * sizeof(float)), *dqt = dup_to_dev(qt, (size_t)T * H * kl * sizeof(float));
     int32_t *dsel = dup_to_dev(sel, (size_t)T * width * sizeof(int32_t));
-    float *S, *U, *U1;
-    size_t s_floats = nf_cuda_mla_scratch_floats(T, H, kl, width), s1 = nf_cuda_mla_scratch_floats(1, H, kl, width);
-    CU(cudaMalloc((void **)&S, (s_floats > s1 ? s_floats : s1) * sizeof(float)));
+    float *S, *U;
+    size_t s_floats = nf_cuda_mla_scratch_floats(T, H, kl, width);
+    for (int n = 1; n <= 4; n++) {
+        const size_t sn = nf_cuda_mla_scratch_floats(n, H, kl, width);
+        if (sn > s_floats) s_floats = sn;
+    }
+    CU(cudaMalloc((void **)&S, s_floats * sizeof(float)));
     CU(cudaMalloc((void **)&U, (size_t)T * H * kl * sizeof(float)));
-    CU(cudaMalloc((void **)&U1, (size_t)T * H * kl * sizeof(float)));
     const float fscale = 1.0f / sqrtf(256.0f);
-    int rc = nf_cuda_mla_core(0, dlat, dqt, dsel, T, H, kl, width, fscale, S, U);
-    for (int t = 0; rc == 0 && t < T; t++) /* one token per call: the decode shapes */
-        rc = nf_cuda_mla_core(0, dlat, dqt + (size_t)t * H * kl, dsel + (size_t)t * width, 1, H, kl, width, fscale, S,
-                              U1 + (size_t)t * H * kl);
-    CHECK(rc == 0, "mla core: %s", nf_error());
-    CU(cudaDeviceSynchronize());
-    float *g = nf_xmalloc((size_t)T * H * kl * sizeof(float)), *g1 = nf_xmalloc((size_t)T * H * kl * sizeof(float));
-    CU(cudaMemcpy(g, U, (size_t)T * H * kl * sizeof(float), cudaMemcpyDeviceToHost));
-    CU(cudaMemcpy(g1, U1, (size_t)T * H * kl * sizeof(float), cudaMemcpyDeviceToHost));
-    const double worst = core_err(ref, g, T * H, kl), worst1 = core_err(ref, g1, T * H, kl);
-    printf("  mla core H %d kl %d width %d, %d tokens: max rel err vs double %.2e batched, %.2e one token per call "
-           "(tol 2e-5)\n", H, kl, width, T, worst, worst1);
-    CHECK(worst <= 2e-5, "attention core error %.3g", worst);
-    CHECK(worst1 <= 2e-5, "attention core error %.3g in one-token (decode) calls", worst1);
+    const size_t nU = (size_t)T * H * kl;
+    /* results: the whole batch in one call; then in calls of `per_call` tokens on a path */
+    enum { R_BATCH, R_ONE, R_GROUPS, R_TWOPASS, R_ONLINE, NR };
+    static const char *const names[NR] = {"batched", "one token per call", "calls of 4 tokens", "two-pass forced",
+                                           "online forced"};
+    const nf_mla_path paths[NR] = {NF_MLA_PATH_AUTO, NF_MLA_PATH_AUTO, NF_MLA_PATH_AUTO, NF_MLA_PATH_TWOPASS,
+                                   NF_MLA_PATH_ONLINE};
+    const int per_call[NR] = {T, 1, 4, 1, 1};
+    float *g[NR];
+    double err[NR];
+    int ran[NR];
+    for (int k = 0; k < NR; k++) {
+        g[k] = nf_xmalloc(nU * sizeof(float));
+        ran[k] = 0;
+        err[k] = 0;
+        /* forced decode paths only where they take these sizes (else they must refuse: checked below) */
+        if ((k == R_TWOPASS || k == R_ONLINE) && !force_paths) continue;
+        if (k == R_TWOPASS && kl / 32 > 16) continue;
+        if (k == R_ONLINE && kl / 32 > 32) continue;
+        int rc = 0;
+        for (int t0 = 0; rc == 0 && t0 < T; t0 += per_call[k]) {
+            const int n = T - t0 < per_call[k] ? T - t0 : per_call[k];
+            rc = nf_cuda_mla_core_path(paths[k], 0, dlat, dqt + (size_t)t0 * H * kl, dsel + (size_t)t0 * width, n, H, kl,
+                                       width, fscale, S, U + (size_t)t0 * H * kl);
+        }
+        CHECK(rc == 0, "mla core (%s): %s", names[k], nf_error());
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(g[k], U, nU * sizeof(float), cudaMemcpyDeviceToHost));
+        err[k] = core_err(ref, g[k], T * H, kl);
+        ran[k] = 1;
+    }
+    printf("  mla core H %d kl %d width %d, %d tokens: max rel err vs double", H, kl, width, T);
+    for (int k = 0; k < NR; k++)
+        if (ran[k]) printf("%s %.2e %s", k ? "," : "", err[k], names[k]);
+    printf(" (tol 2e-5)\n");
+    for (int k = 0; k < NR; k++) CHECK(err[k] <= 2e-5, "attention core error %.3g (%s)", err[k], names[k]);
+    /* a token's result must not depend on how many tokens share its call (cuda_attn.h) */
+    size_t ndiff = 0;
+    for (size_t i = 0; i < nU; i++) ndiff += memcmp(&g[R_ONE][i], &g[R_GROUPS][i], sizeof(float)) != 0;
+    CHECK(ndiff == 0, "%zu of %zu values differ between one-token calls and calls of 4 tokens", ndiff, nU);
+    /* the decode paths refuse what they cannot take */
+    CHECK(nf_cuda_mla_core_path(NF_MLA_PATH_TWOPASS, 0, dlat, dqt, dsel, 5, H, kl, width, fscale, S, U) < 0,
+          "the two-pass path accepted 5 tokens");
     cudaFree(dlat);
     cudaFree(dqt);
     cudaFree(dsel);
     cudaFree(S);
     cudaFree(U);
-    cudaFree(U1);
     free(lat);
     free(qt);
     free(sel);
     free(perm);
     free(ref);
     free(sc);
-    free(g);
-    free(g1);
+    for (int k = 0; k < NR; k++) free(g[k]);
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
@@ -325,6 +364,31 @@ static void core_check(int H, int kl, int width, int64_t ctx, int T) {
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
+}
+
+/* The attention core of one token on each path, the paths in a rotating order within each repetition (so that
+ * clocks and caches drift alike for all three): median us per MLA layer. */
+static void bench_decode_paths(const float *dlat, const float *dqt, const int32_t *dsel, int H, int kl, int width,
+                               int reps, float *S, float *U, cudaEvent_t *ev) {
+    enum { NP = 3 };
+    static const nf_mla_path paths[NP] = {NF_MLA_PATH_TILED, NF_MLA_PATH_ONLINE, NF_MLA_PATH_TWOPASS};
+    float *t[NP];
+    for (int k = 0; k < NP; k++) t[k] = nf_xmalloc(reps * sizeof(float));
+    for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
+        for (int i = 0; i < NP; i++) {
+            const int k = (i + r + 1) % NP;
+            CU(cudaEventRecord(ev[0], 0));
+            if (nf_cuda_mla_core_path(paths[k], 0, dlat, dqt, dsel, 1, H, kl, width, 1.0f / 16.0f, S, U) < 0)
+                nf_die("%s", nf_error());
+            CU(cudaEventRecord(ev[1], 0));
+            CU(cudaEventSynchronize(ev[1]));
+            if (r >= 0) CU(cudaEventElapsedTime(&t[k][r], ev[0], ev[1]));
+        }
+    }
+    for (int k = 0; k < NP; k++) qsort(t[k], reps, sizeof(float), cmp_float);
+    printf("%9s %5s decode attention by path, us: tiled %.2f, online %.2f, two-pass %.2f\n", "", "", t[0][reps / 2] * 1000.0,
+           t[1][reps / 2] * 1000.0, t[2][reps / 2] * 1000.0);
+    for (int k = 0; k < NP; k++) free(t[k]);
 }
 
 /* Release dims (spec §1): indexer 32 heads x 128, kpool 4, top-k 2048 tokens (512 pools) + tail; MLA 64 heads,
@@ -400,6 +464,7 @@ static void bench(int quick) {
             qsort(t_at, reps, sizeof(float), cmp_float);
             const double us = 1000.0 / T, a = t_sc[reps / 2] * us, b = t_se[reps / 2] * us, c = t_at[reps / 2] * us;
             printf("%9lld %5d %10.2f %10.2f %10.2f %10.2f %12.1f\n", (long long)ctx, T, a, b, c, a + b + c, (a + b + c) * n_mla);
+            if (T == 1) bench_decode_paths(dlat, dqt, dsel, H, kl, width, reps, S, U, ev);
         }
     }
     for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
@@ -448,8 +513,9 @@ int nf_gpu_test_attn(int do_bench, int quick) {
         if (quick && i % 3 != 0) continue;
         sel_check(&cases[i]);
     }
-    core_check(64, 512, 2051, 6000, 6);
-    core_check(2, 32, 35, 300, 12);
+    core_check(64, 512, 2051, 6000, 7, 0);
+    core_check(70, 64, 300, 1000, 7, 1);
+    core_check(2, 32, 35, 300, 12, 1);
     if (do_bench) bench(quick);
     printf("attn: %s (%d failed checks)\n", n_failed ? "FAIL" : "PASS", n_failed);
     return n_failed;
