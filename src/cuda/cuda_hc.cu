@@ -99,7 +99,10 @@ __device__ void collapse_norm_row(const float *pre, const float *x, int hc, int 
  *  blocks x >= 1: the collapse h[t][i] = sum_k pre[k] X[t][k][i] (pre recomputed per block: hc sigmoids);
  *  with norm_w, block 1 alone: the collapse and its RMSNorm (collapse_norm_row), h then holding RMSNorm(h) * norm_w.
  * One launch, the parts running side by side (the Sinkhorn block is the longest, so the norm costs no time). */
-__global__ void hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
+/* __launch_bounds__(1024): the fused norm runs on nf_cuda_row_threads(n) threads (1024 at n_embd 4096, as
+ * rmsnorm_kernel, for the same sums), which needs <= 64 registers per thread (without the bound: 96, and the launch
+ * failed with "too many resources requested" on the H200) */
+__global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
                                        int hc, int n, int iters, float eps, float *mix, float *h,
                                        int sinkhorn_warp_enabled, const float *norm_w, float norm_eps) {
     NF_PDL_ENTER();
@@ -178,7 +181,13 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
     if (norm && !norm_w) return nf_fail_prefix("layer %d norm", il);
     const unsigned norm_threads = nf_cuda_row_threads(n);
     const size_t row_bytes = (size_t)n * sizeof(float);
-    if (norm && norm_threads >= (unsigned)(hc * hc) && row_bytes <= 48 * 1024 && hc_norm_fused()) {
+    static int max_threads = -1; /* what the compiled kernel can launch with (registers per thread) */
+    if (max_threads < 0) {
+        cudaFuncAttributes fa;
+        max_threads = cudaFuncGetAttributes(&fa, hc_mix_collapse_kernel) == cudaSuccess ? fa.maxThreadsPerBlock : 0;
+    }
+    if (norm && norm_threads >= (unsigned)(hc * hc) && norm_threads <= (unsigned)max_threads && row_bytes <= 48 * 1024 &&
+        hc_norm_fused()) {
         const dim3 grid(2, T < 65535 ? T : 65535);
         nf_launch(hc_mix_collapse_kernel, grid, norm_threads, row_bytes, c->stream, mm, base, scale, X, T, hc, n,
                   hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, (int)hc_warp_sinkhorn(), norm_w, hp->rms_eps);

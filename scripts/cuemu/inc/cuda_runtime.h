@@ -69,5 +69,7 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
 #include "cuemu_dev.h"
 template <class F> cudaError_t cudaFuncSetAttribute(F, int, int) { return 0; }
 template <class F> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F, int, size_t) { *n = 2; return 0; }
+typedef struct { int maxThreadsPerBlock; } cudaFuncAttributes; /* the one field the backend reads */
+template <class F> cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F) { a->maxThreadsPerBlock = 1024; return 0; }
 #endif
 #endif
