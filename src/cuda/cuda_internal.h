@@ -205,6 +205,8 @@ __device__ __forceinline__ double nf_d_block_sum(double v, double *sh) {
         double s = l < nw ? sh[l] : 0.0;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        __syncwarp(); /* lane 31 read sh[31] above (32 warps): order that read before lane 0 overwrites it (the
+                         shuffles already do, by data dependence; compute-sanitizer racecheck wants the barrier) */
         if (l == 0) sh[32 - 1] = s;
     }
     __syncthreads();

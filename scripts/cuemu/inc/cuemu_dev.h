@@ -47,6 +47,7 @@ inline cuemu_u3 cuemu_tid() { auto &f = cuemu_B->f[cuemu_B->cur]; return cuemu_u
 #define gridDim (cuemu_B->gdim)
 void cuemu_wait(int kind);
 inline void __syncthreads() { cuemu_wait(1); }
+inline void __syncwarp(unsigned = 0xffffffffu) { cuemu_wait(2); }
 inline int __syncthreads_or(int pred) {
     auto &B = *cuemu_B;
     B.vote[B.cur] = pred != 0;
