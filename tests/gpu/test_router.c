@@ -22,11 +22,6 @@
 
 static int n_failed;
 #include "gpu_check.h"
-#define CU(x)                                                                                                \
-    do {                                                                                                     \
-        cudaError_t e_ = (x);                                                                                \
-        if (e_ != cudaSuccess) nf_die("%s:%d: %s: %s", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
-    } while (0)
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {
