@@ -38,15 +38,8 @@
 static int n_failed;
 #include "gpu_check.h"
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
-}
-static double uniform(void) { return ((rnd() >> 8) + 0.5) / 16777216.0; }
-static float gauss(void) { return (float)(sqrt(-2 * log(uniform())) * cos(6.283185307179586 * uniform())); }
+#define GPU_RAND_SEED 0x2545f4914f6cdd1dull
+#include "gpu_rand.h"
 
 static void *dup_to_dev(const void *h, size_t bytes) {
     void *d;

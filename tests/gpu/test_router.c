@@ -23,13 +23,8 @@
 static int n_failed;
 #include "gpu_check.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
-}
+#define GPU_RAND_SEED 0x9e3779b97f4a7c15ull
+#include "gpu_rand.h"
 static float uniform_pm(float a) { return a * (2.0f * (float)(rnd() >> 8) / 16777216.0f - 1.0f); }
 
 enum { R_RANDOM, R_TIES, R_NAN };
