@@ -34,6 +34,7 @@
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -543,6 +544,7 @@ struct gemv_params {
     int stage_bytes;         /* batch_rows * row_bytes */
     int nst;                 /* stages: nst - 1 batches in flight while one is decoded */
     int stage_x, xchunks;    /* copy the activation row (xchunks 16-byte chunks) through the last stage */
+    size_t ring_bytes;       /* the stages, the last one extended to hold the activation row when it is longer */
 };
 
 /* The R partial sums of a warp, reduced across its 32 lanes: afterwards lane l holds the sum of row
@@ -575,7 +577,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
     extern __shared__ float sh[];
     uint8_t *tab = (uint8_t *)sh;
     uint8_t *stage = tab + table_bytes(TY);
-    float *red = (float *)(stage + (size_t)p.nst * p.stage_bytes); /* [warps][R] */
+    float *red = (float *)(stage + p.ring_bytes); /* [warps][R] */
     const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
     const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
     /* PDL (cuda_launch.h): the routed experts' ids come from the router kernel, so those jobs wait first; the
@@ -612,7 +614,8 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
     const bool active = u < p.units;
     unit<TY> U;
     xsrc xs = {p.x + (size_t)(v / p.xdiv) * p.ldx, nullptr, unit<TY>::XSHIFT};
-    /* the activation row through shared memory (see xsrc), in the last stage: the loop below fills it first */
+    /* the activation row through shared memory (see xsrc), in the last stage (extended past the ring's end when
+     * the row is longer than a stage: see ring_bytes): the loop below fills that stage first */
     const bool stage_x = unit<TY>::XSHIFT >= 0 && p.stage_x;
     if (stage_x) {
         float4 *dst = (float4 *)(stage + (size_t)(nst - 1) * p.stage_bytes);
@@ -785,9 +788,10 @@ typedef void (*stream_fn)(const gemv_params);
 struct stream_kernels {
     uint32_t type;
     int cols;                 /* per unit */
+    int stages_x;             /* its units read the activation through the shared copy (XSHIFT >= 0) */
     stream_fn k[4];           /* R = 1, 2, 4, 8 */
 };
-#define KSET(T) {T, unit<T>::COLS, {gemv_stream<T, 1>, gemv_stream<T, 2>, gemv_stream<T, 4>, gemv_stream<T, 8>}}
+#define KSET(T) {T, unit<T>::COLS, unit<T>::XSHIFT >= 0, {gemv_stream<T, 1>, gemv_stream<T, 2>, gemv_stream<T, 4>, gemv_stream<T, 8>}}
 static const stream_kernels k_stream[] = {KSET(NF_TYPE_F32),  KSET(NF_TYPE_F16),  KSET(NF_TYPE_BF16),
                                           KSET(NF_TYPE_Q8_0), KSET(NF_TYPE_Q4_K), KSET(NF_TYPE_Q6_K),
                                           KSET(NF_TYPE_Q2_K), KSET(NF_TYPE_IQ2_XXS)};
@@ -813,6 +817,22 @@ static int env_int(const char *name, long lo, long hi, long *out) {
 static int getenv_stage_x(void) {
     static int cache = -1;
     return nf_cuda_env_switch(&cache, "NF_GEMV_STAGE_X", "off");
+}
+/* NF_GEMV_XRING=off stages the activation row only when it fits one stage (the plans before the ring extension,
+ * for an A/B): rows of 8192+ columns (KDA's and MLA's output projections, the dense FFN's down) then read it
+ * from global memory, one L1 wavefront per value */
+static int getenv_xring(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_GEMV_XRING", "off");
+}
+/* NF_GEMV_PLAN=1 prints each distinct job shape's plan once to stderr (tuning runs) */
+static int getenv_plan_log(void) {
+    static int cache = -1;
+    if (cache < 0) {
+        const char *e = getenv("NF_GEMV_PLAN");
+        cache = e && *e && strcmp(e, "0") != 0;
+    }
+    return cache;
 }
 
 static const stream_kernels *kernels_of(uint32_t type) {
@@ -866,11 +886,16 @@ static int job_mats(const nf_gemv_job *j) {
 
 struct stream_plan {
     int units, tpr, G, R, threads, nst, per_sm;
-    size_t stage, smem;
+    size_t stage, xbytes, ring, smem;
     stream_fn k;
 };
-static size_t stream_smem(uint32_t type, int nst, size_t stage) {
-    return (size_t)table_bytes(type) + (size_t)nst * stage + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float);
+/* The stage ring: nst stages, the last one long enough for the staged activation row (xbytes, 0 if none). */
+static size_t stream_ring(int nst, size_t stage, size_t xbytes) {
+    const size_t ring = (size_t)nst * stage, with_x = (size_t)(nst - 1) * stage + xbytes;
+    return with_x > ring ? with_x : ring;
+}
+static size_t stream_smem(uint32_t type, int nst, size_t stage, size_t xbytes) {
+    return (size_t)table_bytes(type) + stream_ring(nst, stage, xbytes) + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float);
 }
 static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     const stream_kernels *ks = kernels_of(j->type);
@@ -888,12 +913,16 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     if ((size_t)pl->G * rb > GEMV_STAGE_MAX) return 0;
     /* a small job keeps at least two batches per SM where it can (more CTAs busy, a shorter tail) */
     const int64_t nprob = (int64_t)job_mats(j) * j->nvec, sms = g_sms > 0 ? g_sms : 132;
+    /* the activation row is staged (when the job's pointers allow it, see nf_cuda_gemv_run) in a last stage
+     * extended to its length: the plan counts those bytes, so a long row never falls back to global reads */
+    pl->xbytes = ks->stages_x && getenv_stage_x() && getenv_xring() ? (size_t)j->cols * sizeof(float) : 0;
     int rmax = g_rmax_override ? g_rmax_override : 8;
     while (rmax > 1 && nprob * ((j->rows + pl->G * rmax - 1) / (pl->G * rmax)) < 2 * sms) rmax /= 2;
     static struct {
         uint32_t type;
         int64_t cols;
         int rmax, R, nst, per_sm;
+        size_t xbytes;
     } memo[64];
     static int n_memo = 0;
     for (int i = 0; i < n_memo; i++)
@@ -901,15 +930,16 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
             pl->R = memo[i].R;
             pl->nst = memo[i].nst;
             pl->per_sm = memo[i].per_sm;
+            pl->xbytes = memo[i].xbytes;
             goto planned;
         }
-    {
+    for (;;) {
         size_t best_flight = 0;
         int best = 0;
         for (int ri = 0; ri < 4 && (1 << ri) <= rmax; ri++) {
             const size_t stage = (size_t)pl->G * (1 << ri) * rb;
             for (int nst = 3; nst <= GEMV_MAX_STAGES; nst++) {
-                const size_t smem = stream_smem(j->type, nst, stage);
+                const size_t smem = stream_smem(j->type, nst, stage, pl->xbytes);
                 if (g_smem_optin > 0 && smem > (size_t)g_smem_optin) break;
                 int ctas = 0;
                 if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, ks->k[ri], pl->threads, smem) != cudaSuccess) {
@@ -930,6 +960,11 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
                 }
             }
         }
+        /* a row too long to stage with any plan streams with its activations read from global memory */
+        if (!best && pl->xbytes) {
+            pl->xbytes = 0;
+            continue;
+        }
         if (!best) return 0;
         if (n_memo < 64) {
             memo[n_memo].type = j->type;
@@ -937,12 +972,15 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
             memo[n_memo].rmax = rmax;
             memo[n_memo].R = pl->R;
             memo[n_memo].nst = pl->nst;
+            memo[n_memo].xbytes = pl->xbytes;
             memo[n_memo++].per_sm = pl->per_sm;
         }
+        break;
     }
 planned:
     pl->stage = (size_t)pl->G * pl->R * rb;
-    pl->smem = stream_smem(j->type, pl->nst, pl->stage);
+    pl->ring = stream_ring(pl->nst, pl->stage, pl->xbytes);
+    pl->smem = stream_smem(j->type, pl->nst, pl->stage, pl->xbytes);
     pl->k = ks->k[pl->R == 1 ? 0 : pl->R == 2 ? 1 : pl->R == 4 ? 2 : 3];
     return 1;
 }
@@ -950,6 +988,28 @@ planned:
 extern "C" int nf_cuda_gemv_streams(const nf_gemv_job *j) {
     stream_plan pl;
     return plan_stream(j, &pl);
+}
+
+/* NF_GEMV_PLAN: one line per distinct (type, rows, cols, matrices, vectors) */
+static void log_plan(const nf_gemv_job *j, int nmat, const stream_plan *pl, int stage_x, int64_t per_prob) {
+    static struct { uint32_t type; int64_t rows, cols; int nmat, nvec; } seen[128];
+    static int n_seen = 0;
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].type == j->type && seen[i].rows == j->rows && seen[i].cols == j->cols && seen[i].nmat == nmat &&
+            seen[i].nvec == j->nvec)
+            return;
+    if (n_seen < 128) {
+        seen[n_seen].type = j->type;
+        seen[n_seen].rows = j->rows;
+        seen[n_seen].cols = j->cols;
+        seen[n_seen].nmat = nmat;
+        seen[n_seen++].nvec = j->nvec;
+    }
+    fprintf(stderr,
+            "gemv plan: %s %lldx%lld nmat %d nvec %d: units %d G %d R %d threads %d stages %d stage %zu ring %zu smem %zu "
+            "ctas/sm %d grid %lldx%d stage_x %d\n",
+            nf_type_get(j->type)->name, (long long)j->rows, (long long)j->cols, nmat, j->nvec, pl->units, pl->G, pl->R,
+            pl->threads, pl->nst, pl->stage, pl->ring, pl->smem, pl->per_sm, (long long)per_prob, nmat * j->nvec, stage_x);
 }
 
 extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
@@ -993,13 +1053,15 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         p.nst = pl.nst;
         /* staging needs the row in one stage and 16-byte aligned activation rows */
         p.xchunks = (int)(j->cols / 4);
-        p.stage_x = (size_t)j->cols * sizeof(float) <= pl.stage && (uintptr_t)j->x % 16 == 0 &&
+        p.stage_x = ((size_t)j->cols * sizeof(float) <= pl.stage || pl.xbytes) && (uintptr_t)j->x % 16 == 0 &&
                     (j->ldx * (int64_t)sizeof(float)) % 16 == 0 && getenv_stage_x();
+        p.ring_bytes = pl.ring;
         /* one wave: as many CTAs as fit on the device at once, shared among the problems */
         int64_t per_prob = (int64_t)g_sms * pl.per_sm / nprob;
         if (per_prob > p.nbatches) per_prob = p.nbatches;
         if (per_prob < 1) per_prob = 1;
         stream_fn k = pl.k;
+        if (getenv_plan_log()) log_plan(j, nmat, &pl, p.stage_x, per_prob);
         nf_launch(k, dim3((unsigned)per_prob, (unsigned)nprob), dim3((unsigned)pl.threads), pl.smem, s, p);
     } else {
         const int64_t nb = j->cols / ti->block_size;

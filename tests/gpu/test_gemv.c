@@ -281,8 +281,7 @@ static void launch_gemv(void *c, int i, cudaStream_t s) {
     bench_ctx *b = c;
     nf_gemv_job j = b->job;
     uint8_t *w = b->copies[i % b->ncopies];
-    j.w[0] = w;
-    if (j.w[1]) j.w[1] = w + b->matrix_bytes;
+    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS && j.w[m]; m++) j.w[m] = w + (size_t)m * b->matrix_bytes;
     if (b->ids) j.ids = b->ids + (size_t)i * j.nvec;
     if (nf_cuda_gemv_run(&j, s)) nf_die("%s", nf_error());
 }
@@ -295,22 +294,25 @@ static void launch_probe(void *c, int i, cudaStream_t s) {
     if (nf_cuda_read_launch(w + off, n, b->sink, s)) nf_die("%s", nf_error());
 }
 
+/* 1 when the environment list `var` (comma-separated) is unset, empty or names `item` */
+static int listed(const char *var, const char *item) {
+    const char *only = getenv(var);
+    if (!only || !*only) return 1;
+    const size_t ln = strlen(item);
+    for (const char *p = only; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n == ln && !strncmp(p, item, n)) return 1;
+        p += n + (e != NULL);
+    }
+    return 0;
+}
+
 static void bench_case(FILE *csv, const char *name, uint32_t type, int64_t rows, int64_t cols, int64_t slices, int nmat,
                        int nvec, int xdiv, int use_ids, cudaStream_t s, unsigned *sink) {
-    /* NF_GEMV_BENCH_ONLY=q8_0,iq2_xxs: time only these formats (a plan sweep needs a few formats, many runs) */
-    const char *only = getenv("NF_GEMV_BENCH_ONLY");
-    if (only && *only) {
-        const char *tn = nf_type_get(type)->name;
-        const size_t ln = strlen(tn);
-        int hit = 0;
-        for (const char *p = only; *p;) {
-            const char *e = strchr(p, ',');
-            const size_t n = e ? (size_t)(e - p) : strlen(p);
-            hit |= n == ln && !strncmp(p, tn, n);
-            p += n + (e != NULL);
-        }
-        if (!hit) return;
-    }
+    /* NF_GEMV_BENCH_ONLY=q8_0,iq2_xxs: time only these formats; NF_GEMV_BENCH_CASES=kda_out,hc: only these cases
+     * (a plan sweep needs a few shapes, many runs) */
+    if (!listed("NF_GEMV_BENCH_ONLY", nf_type_get(type)->name) || !listed("NF_GEMV_BENCH_CASES", name)) return;
     const size_t rb = nf_row_bytes(type, cols);
     const size_t matrix_bytes = rb * (size_t)rows * (size_t)slices;
     bench_ctx b;
@@ -372,10 +374,10 @@ static void bench_case(FILE *csv, const char *name, uint32_t type, int64_t rows,
     j->rows = rows;
     j->cols = cols;
     j->slice_bytes = rb * (size_t)rows;
-    j->w[0] = first;
-    j->w[1] = nmat > 1 ? first + matrix_bytes : NULL;
-    j->y[0] = dy;
-    j->y[1] = nmat > 1 ? dy + (size_t)nvec * rows : NULL;
+    for (int m = 0; m < nmat; m++) {
+        j->w[m] = first + (size_t)m * matrix_bytes;
+        j->y[m] = dy + (size_t)m * nvec * rows;
+    }
     j->x = dx;
     j->ldx = cols;
     j->xdiv = xdiv;
@@ -438,6 +440,20 @@ static void run_bench(void) {
     /* routed experts of one token: gate and up in one launch (shared activation), then down (one per slot) */
     for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "gate_up", types[i], 2048, 4096, 288, 2, 8, 8, 1, s, sink);
     for (size_t i = 0; i < N_TYPES; i++) bench_case(csv, "down", types[i], 4096, 2048, 288, 1, 8, 1, 1, s, sink);
+    /* the other decode products of glm53:q2 (its recipe's formats), one launch each as the backend makes them:
+     * KDA q/k/v (3 matrices), KDA, MLA and dense-FFN output projections (rows of 8192-16384 columns), the
+     * hyper-connection projection (24 rows of 4 x 4096), the router, KDA's low-rank gate inputs and beta, the
+     * shared expert */
+    bench_case(csv, "kda_qkv", NF_TYPE_Q8_0, 8192, 4096, 1, 3, 1, 1, 0, s, sink);
+    bench_case(csv, "kda_out", NF_TYPE_Q8_0, 4096, 8192, 1, 1, 1, 1, 0, s, sink);
+    bench_case(csv, "ffn_down", NF_TYPE_Q8_0, 4096, 12288, 1, 1, 1, 1, 0, s, sink);
+    bench_case(csv, "mla_out", NF_TYPE_Q8_0, 4096, 16384, 1, 1, 1, 1, 0, s, sink);
+    bench_case(csv, "hc_proj", NF_TYPE_F32, 24, 16384, 1, 1, 1, 1, 0, s, sink);
+    bench_case(csv, "router", NF_TYPE_F32, 288, 4096, 1, 1, 1, 1, 0, s, sink);
+    bench_case(csv, "kda_gate_a", NF_TYPE_Q8_0, 128, 4096, 1, 1, 1, 1, 0, s, sink);
+    bench_case(csv, "kda_beta", NF_TYPE_Q8_0, 64, 4096, 1, 1, 1, 1, 0, s, sink);
+    bench_case(csv, "shexp_gu", NF_TYPE_Q8_0, 2048, 4096, 1, 2, 1, 1, 0, s, sink);
+    bench_case(csv, "shexp_down", NF_TYPE_Q8_0, 4096, 2048, 1, 1, 1, 1, 0, s, sink);
     /* one matrix times nvec vectors (speculative verify) */
     static const int nv[] = {1, 2, 4, 8};
     for (size_t i = 0; i < N_TYPES; i++)
@@ -473,6 +489,9 @@ int nf_gpu_test_gemv(int bench) {
         /* three matrices of one shape in one launch (KDA's q, k, v) */
         {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1},
         {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1},
+        /* rows whose activation is longer than a stage (KDA's and MLA's output projections): the staged copy in
+         * the extended last stage */
+        {"long_row", 40, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 40, 1},
     };
     const job_case tiny[] = {
         {"256x4096", 256, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 256, 1},
@@ -494,6 +513,9 @@ int nf_gpu_test_gemv(int bench) {
         /* three matrices of one shape in one launch (KDA's q, k, v) */
         {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1},
         {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1},
+        /* rows whose activation is longer than a stage (KDA's and MLA's output projections): the staged copy in
+         * the extended last stage */
+        {"long_row", 40, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 40, 1},
     };
     const job_case *cases = small ? tiny : full;
     const int ncases = small ? (int)(sizeof tiny / sizeof tiny[0]) : (int)(sizeof full / sizeof full[0]);
