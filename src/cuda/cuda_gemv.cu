@@ -29,7 +29,9 @@
  * Shapes the streaming kernel does not take (nf_cuda_gemv_streams) run on gemv_plain: a group of up to 32 lanes
  * per row, lane l of the group owns blocks l, l+lanes, ..., activations read through the cache. */
 #include "cuda/cuda_gemv.h"
+#include "cuda/cuda_act.h"
 #include "cuda/cuda_launch.h"
+#include "cuda/cuda_rowsum.h"
 
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
@@ -54,7 +56,10 @@ int nf_fail(const char *fmt, ...);
 #define GEMV_MAX_STAGES 8          /* shared-memory stages of the streaming pipeline (3 .. 8, chosen per shape) */
 #define GEMV_MAX_THREADS 512       /* per CTA (launch bound: up to 128 registers per thread) */
 #define GEMV_STAGE_MAX 65536       /* largest batch: one row group of one row must fit (with 3 stages) */
-#define GEMV_FLIGHT_GOAL 196608    /* bytes in flight per SM that cover HBM latency at full bandwidth */
+/* bytes in flight per SM the plan asks for before it prefers more CTAs, then larger batches: 96 KiB (2 CTAs x 3
+ * stages of R = 2 Q8_0 rows) was faster than 192 KiB on every model shape of the H200 sweep (q/k/v 38.5 -> 31.2 us,
+ * routed Q8_0 gate+up 49.7 -> 39.9 us: docs/benchmarks.md, session 6); more CTAs or rows beat deeper pipelines */
+#define GEMV_FLIGHT_GOAL 98304
 /* IQ2_XXS tables, copied to shared memory per CTA at the start of the dynamic shared memory (a constant address,
  * so a lookup needs no base register arithmetic): the grid rows (256 x 8 bytes), the 8-bit sign patterns (128
  * bytes, each stored with the bits of either nibble reversed: see iq2_sign_lo). The patterns stay bytes: 128
@@ -179,6 +184,22 @@ template <> struct unit<NF_TYPE_F32> {
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int i = 0; i < 4; i++) X[4 * j + i] = x[4 * (u + j * units) + i];
+    }
+    /* The RMSNorm of the activation row in the kernel (gemv_params.xnorm): the sums of squares of the two threads
+     * u and u + units of rmsnorm_kernel's block of 2 * units threads over a row of 32 * units columns, which load
+     * the float4 chunks u + 2m * units and u + (2m + 1) * units (m < 4): this thread's chunks j = 0, 2, 4, 6 and
+     * 1, 3, 5, 7, added in nf_d_row_sumsq_part's order. */
+    __device__ void sumsq_pair(double &s0, double &s1) const {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            double &ss = j & 1 ? s1 : s0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) ss += (double)X[4 * j + i] * (double)X[4 * j + i];
+        }
+    }
+    __device__ void scale(float r) {
+#pragma unroll
+        for (int i = 0; i < 32; i++) X[i] = __fmul_rn(X[i], r);
     }
     __device__ float dot(const uint8_t *row, const uint8_t *) const {
         float a[4] = {0.f, 0.f, 0.f, 0.f};
@@ -534,7 +555,11 @@ struct gemv_params {
     float *y[NF_CUDA_GEMV_MAX_MATS];
     size_t row_bytes, slice_bytes;
     int64_t rows;
-    const float *x;
+    const float *x[NF_CUDA_GEMV_MAX_MATS]; /* activations of matrix m */
+    const float *xup;        /* SwiGLU(x, xup) as the row is staged (see nf_gemv_job) */
+    float act_limit;
+    int xnorm;               /* f32: RMS-normalise the activation row first (see nf_gemv_job) */
+    float xnorm_eps;
     int64_t ldx, ldy;
     const int32_t *ids;
     int xdiv, smod, nvec;
@@ -569,6 +594,35 @@ template <int R> __device__ __forceinline__ float warp_rows(float (&a)[R], int l
         }
     }
     return a[0];
+}
+
+/* nf_d_block_sum (cuda_rowsum.h) of a block of 2 * blockDim.x threads, thread t + blockDim.x's value given by
+ * thread t as v1: the same warp trees and the same final tree over the 2 * blockDim.x / 32 warp sums (which must
+ * be 32), so the sum is that block's bit for bit. */
+__device__ __forceinline__ double block_sum_pairs(double v0, double v1, double *sh) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        v0 += __shfl_xor_sync(0xffffffffu, v0, o);
+        v1 += __shfl_xor_sync(0xffffffffu, v1, o);
+    }
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
+    __syncthreads();
+    if (l == 0) {
+        sh[w] = v0;
+        sh[w + nw] = v1;
+    }
+    __syncthreads();
+    if (w == 0) {
+        double s = l < 2 * nw ? sh[l] : 0.0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        __syncwarp();
+        if (l == 0) sh[32 - 1] = s;
+    }
+    __syncthreads();
+    const double r = sh[32 - 1];
+    __syncthreads();
+    return r;
 }
 
 template <int TY, int R>
@@ -613,19 +667,41 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
     const int g = tid / p.tpr, u = tid % p.tpr;
     const bool active = u < p.units;
     unit<TY> U;
-    xsrc xs = {p.x + (size_t)(v / p.xdiv) * p.ldx, nullptr, unit<TY>::XSHIFT};
+    const size_t xoff = (size_t)(v / p.xdiv) * p.ldx;
+    xsrc xs = {p.x[mat] + xoff, nullptr, unit<TY>::XSHIFT};
     /* the activation row through shared memory (see xsrc), in the last stage (extended past the ring's end when
      * the row is longer than a stage: see ring_bytes): the loop below fills that stage first */
     const bool stage_x = unit<TY>::XSHIFT >= 0 && p.stage_x;
     if (stage_x) {
         float4 *dst = (float4 *)(stage + (size_t)(nst - 1) * p.stage_bytes);
         const float4 *src = (const float4 *)xs.g;
-        for (int c = tid; c < p.xchunks; c += nthreads) dst[c ^ ((c >> unit<TY>::XSHIFT) & 7)] = src[c];
+        if (p.xup) {
+            const float4 *up = (const float4 *)(p.xup + xoff);
+            for (int c = tid; c < p.xchunks; c += nthreads) {
+                const float4 a = src[c], b = up[c];
+                dst[c ^ ((c >> unit<TY>::XSHIFT) & 7)] =
+                    make_float4(nf_d_swiglu(a.x, b.x, p.act_limit), nf_d_swiglu(a.y, b.y, p.act_limit),
+                                nf_d_swiglu(a.z, b.z, p.act_limit), nf_d_swiglu(a.w, b.w, p.act_limit));
+            }
+        } else {
+            for (int c = tid; c < p.xchunks; c += nthreads) dst[c ^ ((c >> unit<TY>::XSHIFT) & 7)] = src[c];
+        }
         xs.s = dst;
         __syncthreads();
     }
     if (active) U.init(xs, u, p.units);
     if (stage_x) __syncthreads(); /* every thread has its values before the stage is refilled */
+    if constexpr (TY == NF_TYPE_F32) {
+        if (p.xnorm) { /* one row group of `units` threads (nf_cuda_gemv_norms_x) */
+            /* the 32 doubles of the sum in the row-reduction area (>= 512 bytes, 8-byte aligned, unused until the
+             * first batch): a static __shared__ array would push the kernel past the opt-in limit that
+             * nf_cuda_gemv_init gives every kernel as dynamic shared memory (cudaFuncSetAttribute failed) */
+            double s0 = 0.0, s1 = 0.0;
+            if (active) U.sumsq_pair(s0, s1);
+            const float r = nf_d_rms_inv(block_sum_pairs(s0, s1, (double *)red), p.units * unit<TY>::COLS, p.xnorm_eps);
+            if (active) U.scale(r);
+        }
+    }
 
     int k = 0;
     for (int64_t b = b0; b < p.nbatches; b += bstep, k++) {
@@ -776,7 +852,7 @@ __global__ void gemv_plain(const gemv_params p, int64_t nblocks, int lanes) {
     if (r < p.rows) {
         const int slice = p.ids ? p.ids[v] : v % p.smod;
         const uint8_t *row = p.w[mat] + (size_t)slice * p.slice_bytes + (size_t)r * p.row_bytes;
-        const float *x = p.x + (size_t)(v / p.xdiv) * p.ldx;
+        const float *x = p.x[mat] + (size_t)(v / p.xdiv) * p.ldx;
         for (int64_t i = l; i < nblocks; i += lanes) s += plain_block<TY>(row, i, x);
     }
     for (int o = lanes / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -894,6 +970,8 @@ static size_t stream_ring(int nst, size_t stage, size_t xbytes) {
     const size_t ring = (size_t)nst * stage, with_x = (size_t)(nst - 1) * stage + xbytes;
     return with_x > ring ? with_x : ring;
 }
+static_assert((GEMV_MAX_THREADS / 32) * 8 * sizeof(float) >= 32 * sizeof(double),
+              "the row-reduction area holds block_sum_pairs' 32 doubles");
 static size_t stream_smem(uint32_t type, int nst, size_t stage, size_t xbytes) {
     return (size_t)table_bytes(type) + stream_ring(nst, stage, xbytes) + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float);
 }
@@ -1012,6 +1090,42 @@ static void log_plan(const nf_gemv_job *j, int nmat, const stream_plan *pl, int 
             pl->threads, pl->nst, pl->stage, pl->ring, pl->smem, pl->per_sm, (long long)per_prob, nmat * j->nvec, stage_x);
 }
 
+/* The activation row is staged in shared memory (see xsrc): a format that reads it so, the row in the stage ring
+ * (one stage, or the extended last one), 16-byte aligned activation rows of every matrix. */
+static int stages_x(const nf_gemv_job *j, const stream_plan *pl) {
+    const stream_kernels *ks = kernels_of(j->type);
+    if (!ks || !ks->stages_x || !getenv_stage_x()) return 0;
+    if ((size_t)j->cols * sizeof(float) > pl->stage && !pl->xbytes) return 0;
+    if ((j->ldx * (int64_t)sizeof(float)) % 16 || (uintptr_t)j->x % 16 || (uintptr_t)j->xup % 16) return 0;
+    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++)
+        if ((uintptr_t)j->xm[m] % 16) return 0;
+    return 1;
+}
+
+/* The kernel can normalise the job's activation rows itself, bit for bit as rmsnorm_kernel (block_sum_pairs,
+ * unit<F32>::sumsq_pair): f32 weights, one row group of `units` threads per CTA, rmsnorm_kernel's block twice
+ * that and one pass of its float4 loads (16 x its threads = 32 * units columns: 16384 with 1024 threads, glm53's
+ * 4 x 4096 streams), and
+ * 16-byte aligned rows (its vec4 sums). */
+static int norms_x(const nf_gemv_job *j, const stream_plan *pl) {
+    if (j->type != NF_TYPE_F32 || pl->G != 1 || pl->units != pl->threads) return 0;
+    const int64_t rt = nf_cuda_row_threads(j->cols);
+    if (2 * (int64_t)pl->units != rt || j->cols != 16 * rt) return 0;
+    return (uintptr_t)j->x % 16 == 0 && j->ldx % 4 == 0 && !j->xup && !j->xm[0] && !j->xm[1] && !j->xm[2] && !j->xm[3];
+}
+
+extern "C" int nf_cuda_gemv_norms_x(const nf_gemv_job *j) {
+    if (!g_sms && nf_cuda_gemv_init() < 0) return 0;
+    stream_plan pl;
+    return plan_stream(j, &pl) && norms_x(j, &pl);
+}
+
+extern "C" int nf_cuda_gemv_stages_x(const nf_gemv_job *j) {
+    if (!g_sms && nf_cuda_gemv_init() < 0) return 0;
+    stream_plan pl;
+    return plan_stream(j, &pl) && stages_x(j, &pl);
+}
+
 extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     const stream_kernels *ks = kernels_of(j->type);
     const nf_type_info *ti = nf_type_get(j->type);
@@ -1020,6 +1134,9 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     if (j->nvec <= 0 || j->rows <= 0) return 0;
     const int nmat = job_mats(j);
     if (!nmat || !j->x) return nf_fail("cuda gemv: missing pointer");
+    if (j->xup) /* the swizzled staging holds one activation row per launch position: no per-matrix rows with it */
+        for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++)
+            if (j->xm[m]) return nf_fail("cuda gemv: a SwiGLU activation with per-matrix activations");
     for (int m = 0; m < nmat; m++)
         if (!j->y[m]) return nf_fail("cuda gemv: missing output %d", m);
     if (!g_sms && nf_cuda_gemv_init() < 0) return -1;
@@ -1029,11 +1146,13 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++) {
         p.w[m] = (const uint8_t *)j->w[m < nmat ? m : 0];
         p.y[m] = j->y[m < nmat ? m : 0];
+        p.x[m] = m < nmat && j->xm[m] ? j->xm[m] : j->x;
     }
+    p.xup = j->xup;
+    p.act_limit = j->act_limit;
     p.row_bytes = nf_row_bytes(j->type, j->cols);
     p.slice_bytes = j->slice_bytes;
     p.rows = j->rows;
-    p.x = j->x;
     p.ldx = j->ldx;
     p.ldy = j->ldy;
     p.ids = j->ids;
@@ -1051,10 +1170,12 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         p.nbatches = (j->rows + p.batch_rows - 1) / p.batch_rows;
         p.stage_bytes = (int)pl.stage;
         p.nst = pl.nst;
-        /* staging needs the row in one stage and 16-byte aligned activation rows */
         p.xchunks = (int)(j->cols / 4);
-        p.stage_x = ((size_t)j->cols * sizeof(float) <= pl.stage || pl.xbytes) && (uintptr_t)j->x % 16 == 0 &&
-                    (j->ldx * (int64_t)sizeof(float)) % 16 == 0 && getenv_stage_x();
+        p.stage_x = stages_x(j, &pl);
+        if (j->xup && !p.stage_x) return nf_fail("cuda gemv: a SwiGLU activation needs a job whose row is staged");
+        if (j->xnorm && !norms_x(j, &pl)) return nf_fail("cuda gemv: this job cannot normalise its activations (nf_cuda_gemv_norms_x)");
+        p.xnorm = j->xnorm;
+        p.xnorm_eps = j->xnorm_eps;
         p.ring_bytes = pl.ring;
         /* one wave: as many CTAs as fit on the device at once, shared among the problems */
         int64_t per_prob = (int64_t)g_sms * pl.per_sm / nprob;
@@ -1064,6 +1185,7 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         if (getenv_plan_log()) log_plan(j, nmat, &pl, p.stage_x, per_prob);
         nf_launch(k, dim3((unsigned)per_prob, (unsigned)nprob), dim3((unsigned)pl.threads), pl.smem, s, p);
     } else {
+        if (j->xup || j->xnorm) return nf_fail("cuda gemv: SwiGLU or normalised activations need the streaming kernel");
         const int64_t nb = j->cols / ti->block_size;
         int lanes = 1;
         while (lanes < 32 && lanes < nb) lanes *= 2;

@@ -35,6 +35,16 @@ typedef struct nf_gemv_job {
     const void *w[NF_CUDA_GEMV_MAX_MATS]; /* device weights, the used ones first, then NULL; same type and shape */
     float *y[NF_CUDA_GEMV_MAX_MATS];       /* outputs of w[0], w[1], ... */
     const float *x;         /* device activations, row r at x + r * ldx */
+    const float *xm[NF_CUDA_GEMV_MAX_MATS]; /* when set: matrix m's activations instead of x (same ldx, xdiv) */
+    /* when set: the activation row is SwiGLU(x row, xup row) (clamped at act_limit > 0, as nf_cuda_swiglu), made
+     * while the row is staged in shared memory: one launch instead of two (the down projections). Only for jobs
+     * nf_cuda_gemv_stages_x() accepts; xup row r at xup + r * ldx, no xm. */
+    const float *xup;
+    float act_limit;
+    /* when set: each activation row is RMS-normalised first (no weight; eps xnorm_eps), bit for bit as
+     * nf_cuda_rmsnorm_rows would: only for jobs nf_cuda_gemv_norms_x() accepts (the hc projection of glm53) */
+    int xnorm;
+    float xnorm_eps;
     int64_t ldx;
     int xdiv;               /* vector v reads activation row v / xdiv (<= 1: row v) */
     int smod;               /* without ids: vector v uses matrix v % smod (<= 1: matrix 0) */
@@ -56,6 +66,11 @@ int nf_cuda_gemv_run(const nf_gemv_job *job, void *stream);
  * the row length a multiple of the kernel's unit (256 for Q8_0, Q6_K, Q2_K, IQ2_XXS at the alignment above)
  * and rows of at most ~48 KiB. */
 int nf_cuda_gemv_streams(const nf_gemv_job *job);
+/* 1 when the job runs on the streaming kernels with its activation row staged in shared memory (what xup needs):
+ * nf_cuda_gemv_streams(), a quantized format and 16-byte aligned activation rows. */
+int nf_cuda_gemv_stages_x(const nf_gemv_job *job);
+/* 1 when the job can normalise its activation rows in the kernel (xnorm). */
+int nf_cuda_gemv_norms_x(const nf_gemv_job *job);
 /* The job of nf_cuda_matmul_ex's arguments (one matrix or 3-D tensor; see nf_gemv_job). */
 int nf_cuda_gemv_ex(uint32_t type, const void *w, int64_t rows, int64_t cols, size_t slice_bytes, const float *x,
                     int64_t ldx, int xdiv, int smod, const int32_t *ids, float *y, int64_t ldy, int nvec, void *stream);

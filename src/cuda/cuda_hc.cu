@@ -51,24 +51,41 @@ __device__ void sinkhorn_block(float *comb, int hc, int iters, float eps) {
 /* The same projection by one warp when hc * hc <= 32 (glm53: 4 x 4): lane i * hc + j owns element (i, j) in a
  * register, and reads the row or column it sums with shuffles in the same sequential order, so the values equal
  * sinkhorn_block's; without a block barrier between the 2 x iters passes the serial chain is about half as long
- * (the block version's barriers were most of hc_pre's ~12 us). Called by the 32 lanes of one warp. */
-__device__ void sinkhorn_warp(float *comb, int hc, int iters, float eps) {
+ * (the block version's barriers were most of hc_pre's ~12 us). Called by the 32 lanes of one warp. HC > 0: hc
+ * known at compile time (glm53: 4), the sums unrolled so that a pass's shuffles issue back to back instead of one
+ * shuffle-add round trip per element (the same additions in the same order); HC = 0: any hc. */
+template <int HC>
+__device__ void sinkhorn_warp(float *comb, int hc_rt, int iters, float eps) {
+    const int hc = HC > 0 ? HC : hc_rt;
+    constexpr int QMAX = HC > 0 ? HC : HC_MAX;
     const int lane = threadIdx.x & 31, own = lane < hc * hc, i = lane / hc, j = lane % hc;
     const unsigned all = 0xffffffffu;
     float v = own ? comb[lane] : 0.0f;
     float mx = __shfl_sync(all, v, i * hc);
-    for (int q = 1; q < hc; q++) {
+#pragma unroll
+    for (int q = 1; q < QMAX; q++) {
+        if (HC == 0 && q >= hc) break;
         const float c = __shfl_sync(all, v, i * hc + q);
         if (c > mx) mx = c;
     }
     if (own) v = expf(__fsub_rn(v, mx));
     double rs = 0.0;
-    for (int q = 0; q < hc; q++) rs += __shfl_sync(all, v, i * hc + q);
+#pragma unroll
+    for (int q = 0; q < QMAX; q++) {
+        if (HC == 0 && q >= hc) break;
+        rs += __shfl_sync(all, v, i * hc + q);
+    }
     if (own) v = __fadd_rn(__fmul_rn(v, (float)(1.0 / rs)), eps);
     for (int it = 0; it < iters; it++) {
         for (int pass = it > 0 ? 0 : 1; pass < 2; pass++) { /* 0: rows (not on the first iteration), 1: columns */
+            float t[QMAX];
+#pragma unroll
+            for (int q = 0; q < QMAX; q++)
+                if (HC > 0 || q < hc) t[q] = __shfl_sync(all, v, pass == 0 ? i * hc + q : q * hc + j);
             float s = 0.0f;
-            for (int q = 0; q < hc; q++) s = __fadd_rn(s, __shfl_sync(all, v, pass == 0 ? i * hc + q : q * hc + j));
+#pragma unroll
+            for (int q = 0; q < QMAX; q++)
+                if (HC > 0 || q < hc) s = __fadd_rn(s, t[q]);
             if (own) v = __fdiv_rn(v, __fadd_rn(s, eps));
         }
     }
@@ -116,7 +133,10 @@ __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *m
             if (tid < hc * hc) w[tid] = __fadd_rn(__fmul_rn(m[2 * hc + tid], scale[2]), base[2 * hc + tid]);
             __syncthreads();
             if (hc * hc <= 32 && sinkhorn_warp_enabled) {
-                if (tid < 32) sinkhorn_warp(w, hc, iters, eps);
+                if (tid < 32) {
+                    if (hc == 4) sinkhorn_warp<4>(w, hc, iters, eps);
+                    else sinkhorn_warp<0>(w, hc, iters, eps);
+                }
                 __syncthreads();
             } else {
                 sinkhorn_block(w, hc, iters, eps);
@@ -174,9 +194,8 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
     nf_cuda_scratch sc(c);
     float *r = sc.get<float>((size_t)T * flat), *mm = sc.get<float>((size_t)T * nm);
     if (!r || !mm) return nf_fail("cuda hc_pre: out of device memory");
-    if (nf_cuda_rmsnorm_rows(c, X, flat, T, flat, hp->rms_eps, nullptr, r, flat) < 0) return -1;
     nf_cuda_mat w = nf_cuda_mat_of(c, fn);
-    if (nf_cuda_matmul(c, &w, r, T, flat, mm, nm) < 0) return -1;
+    if (nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, r, mm, nm) < 0) return -1;
     const float *norm_w = norm ? nf_cuda_vec(c, norm) : nullptr;
     if (norm && !norm_w) return nf_fail_prefix("layer %d norm", il);
     const unsigned norm_threads = nf_cuda_row_threads(n);
@@ -213,21 +232,31 @@ int nf_cuda_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T,
     return hc_pre(be, il, site, X, T, x, mix, w);
 }
 
-/* X[t][j][e] = post[j] y[t][e] + sum_i comb[i][j] X[t][i][e] (each thread owns one (t, e) column of X) */
-__global__ void hc_post_kernel(float *X, const float *y, const float *mix, int T, int hc, int n) {
+/* X[t][j][e] = post[j] y[t][e] + sum_i comb[i][j] X[t][i][e] (each thread owns one (t, e) column of X). HC > 0: the
+ * stream count known at compile time (glm53: 4), so the column's streams stay in registers (with a run-time count
+ * they went through a 64-byte local-memory array); HC = 0: any count up to HC_MAX. */
+template <int HC>
+__global__ void hc_post_kernel(float *X, const float *y, const float *mix, int T, int hc_rt, int n) {
     NF_PDL_ENTER();
+    const int hc = HC > 0 ? HC : hc_rt;
     const int64_t total = (int64_t)T * n;
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int t = (int)(idx / n), e = (int)(idx % n);
         float *x = X + (size_t)t * hc * n;
         const float *post = mix + (size_t)t * (hc + hc * hc), *comb = post + hc;
-        float xi[HC_MAX];
-        for (int i = 0; i < hc; i++) xi[i] = x[(size_t)i * n + e];
+        float xi[HC > 0 ? HC : HC_MAX];
+#pragma unroll
+        for (int i = 0; i < (HC > 0 ? HC : HC_MAX); i++)
+            if (HC > 0 || i < hc) xi[i] = x[(size_t)i * n + e];
         const float yv = y[idx];
-        for (int j = 0; j < hc; j++) {
+#pragma unroll
+        for (int j = 0; j < (HC > 0 ? HC : HC_MAX); j++) {
+            if (HC == 0 && j >= hc) break;
             float s = 0.0f;
-            for (int i = 0; i < hc; i++) s = __fadd_rn(s, __fmul_rn(comb[i * hc + j], xi[i]));
+#pragma unroll
+            for (int i = 0; i < (HC > 0 ? HC : HC_MAX); i++)
+                if (HC > 0 || i < hc) s = __fadd_rn(s, __fmul_rn(comb[i * hc + j], xi[i]));
             x[(size_t)j * n + e] = __fadd_rn(__fmul_rn(post[j], yv), s);
         }
     }
@@ -237,7 +266,10 @@ int nf_cuda_hc_post(nf_backend *be, float *X, const float *y, const float *mix, 
     nf_cuda *c = nf_cuda_of(be);
     const int hc = c->m->hp.hc_count, n = c->m->hp.n_embd;
     if (hc > HC_MAX) return nf_fail("cuda hc: hc_count %d > %d", hc, HC_MAX);
-    nf_launch(hc_post_kernel, blocks_for((int64_t)T * n), 256, 0, c->stream, X, y, mix, T, hc, n);
+    if (hc == 4)
+        nf_launch(hc_post_kernel<4>, blocks_for((int64_t)T * n), 256, 0, c->stream, X, y, mix, T, hc, n);
+    else
+        nf_launch(hc_post_kernel<0>, blocks_for((int64_t)T * n), 256, 0, c->stream, X, y, mix, T, hc, n);
     NF_LAUNCHED();
     return 0;
 }

@@ -29,6 +29,8 @@ extern "C" {
 #include "model/synth.h"
 #include "util/error.h"
 }
+#include "cuda/cuda_act.h"
+#include "cuda/cuda_rowsum.h"
 
 struct nf_cuda_vec_entry {
     const void *key;
@@ -150,6 +152,19 @@ int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t 
  * same kernel, hence the same values, as separate products), else one product each. */
 int nf_cuda_matmul_same(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *x, int64_t ldx, int xdiv,
                         const int32_t *ids, float *const *y, int64_t ldy, int nvec);
+/* nf_cuda_matmul_same with matrix m reading its own activations x[m] (same ldx; no ids, xdiv 1) */
+int nf_cuda_matmul_same_x(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *const *x, int64_t ldx,
+                          float *const *y, int64_t ldy, int nvec);
+/* y = W SwiGLU(g, u) (the clamped SwiGLU of nf_cuda_swiglu, limit; g, u rows at ldx; matmul_ex's ids, ldy, nvec):
+ * in decode one launch that applies SwiGLU while staging the activation row (cuda_gemv.cu), otherwise
+ * nf_cuda_swiglu into g (g is overwritten) and the product. The same values either way. */
+int nf_cuda_matmul_swiglu(nf_cuda *c, const nf_cuda_mat *w, float *g, const float *u, int64_t ldx, float limit,
+                          const int32_t *ids, float *y, int64_t ldy, int nvec);
+/* y = W RMSNorm(x) (no norm weight; T rows of ldx, eps): in decode, when the kernel can (nf_cuda_gemv_norms_x: the
+ * hc projection of glm53), one launch that normalises the row itself bit for bit; otherwise
+ * nf_cuda_rmsnorm_rows into tmp (T * n floats) and the product. The same values either way. */
+int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float eps, float *tmp,
+                             float *y, int64_t ldy);
 /* y[t*ldy + r] = W[r,:] . x[t*ldx + :] for t < T */
 static inline int nf_cuda_matmul(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float *y,
                                  int64_t ldy) {
@@ -180,8 +195,6 @@ int nf_cuda_sigmoid(nf_cuda *c, float *x, int64_t n);
 int nf_cuda_scale(nf_cuda *c, float *x, int64_t n, float s);
 
 /* ---- device helpers shared by kernels ---- */
-__device__ __forceinline__ float nf_d_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float nf_d_silu(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float nf_d_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 /* KDA's per-key-channel decay e = exp(gate(graw + dt)) (src/cpu/kda.c): with a negative lower bound lb,
  * gate(f) = lb * sigmoid(rate * f), else -rate * softplus(f); rate = exp(A_log) = -ssm_a. One definition for both
@@ -191,79 +204,6 @@ __device__ __forceinline__ float nf_d_kda_decay(float graw, float dt, float rate
     const float g = lb < 0.0f ? __fmul_rn(lb, nf_d_sigmoid(__fmul_rn(rate, f))) : __fmul_rn(-rate, nf_d_softplus(f));
     return expf(g);
 }
-/* The sum of v over the block, returned to every thread: warp trees, then warp 0 adds the warps' sums with a
- * tree (a fixed order, so the result does not depend on timing). blockDim.x a multiple of 32 (<= 1024), every
- * thread calls it; sh: 32 doubles of shared memory, reusable right after the call returns. */
-__device__ __forceinline__ double nf_d_block_sum(double v, double *sh) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
-    __syncthreads();
-    if (l == 0) sh[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        double s = l < nw ? sh[l] : 0.0;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        __syncwarp(); /* lane 31 read sh[31] above (32 warps): order that read before lane 0 overwrites it (the
-                         shuffles already do, by data dependence; compute-sanitizer racecheck wants the barrier) */
-        if (l == 0) sh[32 - 1] = s;
-    }
-    __syncthreads();
-    const double r = sh[32 - 1];
-    __syncthreads();
-    return r;
-}
-
-/* ---- RMSNorm's row reduction, shared by the kernels that normalise a row (cuda_norm.cu, cuda_hc.cu) ---- */
-/* Threads of a row's block: one float4 per thread, up to 1024 threads (a 16384-wide row then has four per thread,
- * loaded together). With one block per row the loads of a thread must be in flight together: the former serial
- * chain of dependent loads cost ~18 us per decode-token norm on the H200. */
-static inline unsigned nf_cuda_row_threads(int64_t n) {
-    int64_t t = ((n + 3) / 4 + 31) / 32 * 32;
-    return (unsigned)(t < 32 ? 32 : t > 1024 ? 1024 : t);
-}
-
-/* this thread's part of the row's sum of squares, in double (the block adds the parts: nf_d_block_sum); four
- * loads are issued before their adds. vec4: the row start is 16-byte aligned and n % 4 == 0. Every RMSNorm of
- * the backend (rmsnorm_kernel, the fused hc collapse + norm) sums this way, so with the same blockDim a row gives
- * the same sum bit for bit whichever kernel normalises it. */
-__device__ __forceinline__ double nf_d_row_sumsq_part(const float *xr, int64_t n, int vec4) {
-    double ss = 0.0;
-    const int64_t bd = blockDim.x;
-    if (vec4) {
-        const float4 *x4 = (const float4 *)xr;
-        const int64_t n4 = n / 4;
-        for (int64_t b = threadIdx.x; b < n4; b += 4 * bd) {
-            float4 v[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) v[u] = b + u * bd < n4 ? x4[b + u * bd] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                ss += (double)v[u].x * (double)v[u].x;
-                ss += (double)v[u].y * (double)v[u].y;
-                ss += (double)v[u].z * (double)v[u].z;
-                ss += (double)v[u].w * (double)v[u].w;
-            }
-        }
-    } else {
-        for (int64_t b = threadIdx.x; b < n; b += 4 * bd) {
-            float v[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) v[u] = b + u * bd < n ? xr[b + u * bd] : 0.0f;
-#pragma unroll
-            for (int u = 0; u < 4; u++) ss += (double)v[u] * (double)v[u];
-        }
-    }
-    return ss;
-}
-
-/* 1 / rms from the block's sum of squares, in the CPU's operation order (src/cpu/vec.c) */
-__device__ __forceinline__ float nf_d_rms_inv(double ss, int64_t n, float eps) {
-    const float mean = (float)(ss / (double)n);
-    return 1.0f / sqrtf(__fadd_rn(mean, eps));
-}
-
 /* ---- blocks ---- */
 int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix);
 int nf_cuda_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,

@@ -153,10 +153,11 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
     const int rows = K - 1;
     nf_cuda_scratch sc(c);
     float *hist = sc.get<float>((size_t)(rows + T) * width), *qkv = sc.get<float>((size_t)T * width),
-          *tmp = sc.get<float>((size_t)T * (rank > H ? rank : H)), *g = sc.get<float>((size_t)T * inner),
+          *tmp = sc.get<float>((size_t)T * rank), *tmpg = sc.get<float>((size_t)T * rank),
+          *g = sc.get<float>((size_t)T * inner),
           *beta = sc.get<float>((size_t)T * H), *o = sc.get<float>((size_t)T * inner),
           *gate = sc.get<float>((size_t)T * inner);
-    if (!hist || !qkv || !tmp || !g || !beta || !o || !gate) return nf_fail("cuda kda: out of device memory");
+    if (!hist || !qkv || !tmp || !tmpg || !g || !beta || !o || !gate) return nf_fail("cuda kda: out of device memory");
     cudaStream_t s = c->stream;
 
     float *u = hist + (size_t)rows * width;
@@ -170,8 +171,16 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
     if (rows > 0)
         NF_CU(cudaMemcpyAsync(LS->conv, hist + (size_t)T * width, (size_t)rows * width * sizeof(float),
                               cudaMemcpyDeviceToDevice, s));
+    /* the decay's and the output gate's low-rank pairs: both down projections in one launch, both up projections
+     * in another (decode; one product each in prefill) */
     nf_cuda_mat fa = nf_cuda_mat_of(c, &L->kda_f_a), fb = nf_cuda_mat_of(c, &L->kda_f_b);
-    if (nf_cuda_matmul(c, &fa, x, T, n, tmp, rank) < 0 || nf_cuda_matmul(c, &fb, tmp, T, rank, g, inner) < 0) return -1;
+    nf_cuda_mat ga = nf_cuda_mat_of(c, &L->kda_g_a), gb = nf_cuda_mat_of(c, &L->kda_g_b);
+    const nf_cuda_mat *down[2] = {&fa, &ga}, *up[2] = {&fb, &gb};
+    float *low[2] = {tmp, tmpg}, *full[2] = {g, gate};
+    const float *low_in[2] = {tmp, tmpg};
+    if (nf_cuda_matmul_same(c, down, 2, x, n, 1, nullptr, low, rank, T) < 0 ||
+        nf_cuda_matmul_same_x(c, up, 2, low_in, rank, full, inner, T) < 0)
+        return -1;
     nf_cuda_mat mb = nf_cuda_mat_of(c, &L->kda_beta);
     if (nf_cuda_matmul(c, &mb, x, T, n, beta, H) < 0) return -1;
 
@@ -179,9 +188,6 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
                                1.0f / sqrtf((float)hd), o, T, H, hd) < 0)
         return nf_fail_prefix("layer %d kda", il);
 
-    nf_cuda_mat ga = nf_cuda_mat_of(c, &L->kda_g_a), gb = nf_cuda_mat_of(c, &L->kda_g_b);
-    if (nf_cuda_matmul(c, &ga, x, T, n, tmp, rank) < 0 || nf_cuda_matmul(c, &gb, tmp, T, rank, gate, inner) < 0)
-        return -1;
     if (nf_cuda_rmsnorm_gated_rows(c, o, hd, T * H, hd, hp->rms_eps, onorm, gate, hd, o, hd) < 0) return -1;
     nf_cuda_mat wo = nf_cuda_mat_of(c, &L->attn_output);
     return nf_cuda_matmul(c, &wo, o, T, inner, y, n);

@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/backend_cuda.h"
 #include "cuda/cuda_dequant.h"
@@ -292,4 +293,86 @@ extern "C" int nf_cuda_selftest(void) {
         free(W);
     }
     return fails;
+}
+
+/* a decode job of one matrix (nf_cuda_matmul_ex's arguments with xdiv = smod = 1) */
+static nf_gemv_job decode_job(const nf_cuda_mat *w, const float *x, int64_t ldx, const int32_t *ids, float *y,
+                              int64_t ldy, int nvec) {
+    nf_gemv_job j;
+    memset(&j, 0, sizeof j);
+    j.type = w->type;
+    j.rows = w->rows;
+    j.cols = w->n;
+    j.slice_bytes = w->slice_bytes;
+    j.w[0] = w->w;
+    j.y[0] = y;
+    j.x = x;
+    j.ldx = ldx;
+    j.xdiv = 1;
+    j.smod = 1;
+    j.ids = ids;
+    j.ldy = ldy;
+    j.nvec = nvec;
+    return j;
+}
+
+static int run_job(nf_cuda *c, const nf_gemv_job *j) {
+    if (nf_cuda_gemv_run(j, c->stream) < 0) return -1;
+    if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
+    return 0;
+}
+
+/* NF_CUDA_FUSE_X=off: the SwiGLU and RMSNorm in front of a decode product run as their own launches (A/B) */
+static bool fuse_x(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_FUSE_X", "off");
+}
+
+int nf_cuda_matmul_same_x(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *const *x, int64_t ldx,
+                          float *const *y, int64_t ldy, int nvec) {
+    int same = nvec <= NF_CUDA_GEMV_MAX_VECTORS && nmat <= NF_CUDA_GEMV_MAX_MATS && nmat >= 2 && fuse_x();
+    for (int m = 1; m < nmat && same; m++)
+        same = w[m]->type == w[0]->type && w[m]->n == w[0]->n && w[m]->rows == w[0]->rows &&
+               w[m]->slice_bytes == w[0]->slice_bytes && w[m]->w;
+    if (!same) {
+        for (int m = 0; m < nmat; m++)
+            if (nf_cuda_matmul_ex(c, w[m], x[m], ldx, 1, 1, nullptr, y[m], ldy, nvec) < 0) return -1;
+        return 0;
+    }
+    if (nvec <= 0 || w[0]->rows <= 0) return 0;
+    if (!w[0]->w) return nf_fail("cuda matmul: missing weight");
+    nf_gemv_job j = decode_job(w[0], x[0], ldx, nullptr, y[0], ldy, nvec);
+    for (int m = 0; m < nmat; m++) {
+        j.w[m] = w[m]->w;
+        j.y[m] = y[m];
+        j.xm[m] = x[m];
+    }
+    return run_job(c, &j);
+}
+
+int nf_cuda_matmul_swiglu(nf_cuda *c, const nf_cuda_mat *w, float *g, const float *u, int64_t ldx, float limit,
+                          const int32_t *ids, float *y, int64_t ldy, int nvec) {
+    if (nvec <= 0 || w->rows <= 0) return 0;
+    if (nvec <= NF_CUDA_GEMV_MAX_VECTORS && w->w && fuse_x()) {
+        nf_gemv_job j = decode_job(w, g, ldx, ids, y, ldy, nvec);
+        j.xup = u;
+        j.act_limit = limit;
+        if (nf_cuda_gemv_stages_x(&j)) return run_job(c, &j);
+    }
+    /* over whole rows of ldx (a gap of ldx > n included, as one contiguous buffer) */
+    if (nf_cuda_swiglu(c, g, u, (int64_t)(nvec - 1) * ldx + w->n, limit, g) < 0) return -1;
+    return nf_cuda_matmul_ex(c, w, g, ldx, 1, 1, ids, y, ldy, nvec);
+}
+
+int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float eps, float *tmp,
+                             float *y, int64_t ldy) {
+    if (T <= 0 || w->rows <= 0) return 0;
+    if (T <= NF_CUDA_GEMV_MAX_VECTORS && w->w && fuse_x()) {
+        nf_gemv_job j = decode_job(w, x, ldx, nullptr, y, ldy, T);
+        j.xnorm = 1;
+        j.xnorm_eps = eps;
+        if (nf_cuda_gemv_norms_x(&j)) return run_job(c, &j);
+    }
+    if (nf_cuda_rmsnorm_rows(c, x, ldx, T, w->n, eps, nullptr, tmp, w->n) < 0) return -1;
+    return nf_cuda_matmul(c, w, tmp, T, w->n, y, ldy);
 }

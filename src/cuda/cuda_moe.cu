@@ -28,8 +28,7 @@ static int mlp(nf_cuda *c, const nf_tensor *tg, const nf_tensor *tu, const nf_te
     float *a = sc.get<float>((size_t)T * I), *b = sc.get<float>((size_t)T * I);
     if (!a || !b) return nf_fail("cuda mlp: out of device memory");
     if (gate_up(c, &g, &u, x, n, 1, nullptr, a, b, I, T) < 0) return -1;
-    if (nf_cuda_swiglu(c, a, b, (int64_t)T * I, limit, a) < 0) return -1;
-    return nf_cuda_matmul(c, &d, a, T, I, y, d.rows);
+    return nf_cuda_matmul_swiglu(c, &d, a, b, I, limit, nullptr, y, d.rows, T);
 }
 
 int nf_cuda_dense_mlp(nf_backend *be, int il, const float *x, int T, float *y) {
@@ -91,8 +90,7 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
                        weight_of) < 0)
         return -1;
     if (gate_up(c, &g, &u, x, n, k, expert_of, a, b, I, T * k) < 0) return -1;
-    if (nf_cuda_swiglu(c, a, b, (int64_t)T * k * I, hp->swiglu_limit, a) < 0) return -1;
-    if (nf_cuda_matmul_ex(c, &d, a, I, 1, 1, expert_of, out, n, T * k) < 0) return -1;
+    if (nf_cuda_matmul_swiglu(c, &d, a, b, I, hp->swiglu_limit, expert_of, out, n, T * k) < 0) return -1;
     if (has_shared && mlp(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared) < 0)
         return -1;
     const dim3 cgrid((n + COMBINE_THREADS - 1) / COMBINE_THREADS < 32 ? (n + COMBINE_THREADS - 1) / COMBINE_THREADS : 32,

@@ -74,13 +74,7 @@ int nf_cuda_layernorm_rows(nf_cuda *c, const float *x, int rows, int64_t n, floa
 __global__ void swiglu_kernel(const float *g, const float *u, int64_t n, float limit, float *y) {
     NF_PDL_ENTER();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float a = g[i], b = u[i];
-        if (limit > 0.0f) {
-            if (a > limit) a = limit;
-            if (b > limit) b = limit;
-            if (b < -limit) b = -limit;
-        }
-        y[i] = __fmul_rn(nf_d_silu(a), b);
+        y[i] = nf_d_swiglu(g[i], u[i], limit);
     }
 }
 

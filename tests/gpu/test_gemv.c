@@ -133,24 +133,64 @@ typedef struct {
     int woff;                   /* weights start this many bytes after an aligned address */
     int64_t distinct;           /* distinct weight rows (tiled) */
     int sample;                 /* check every sample-th row (plus the last 64) */
+    int fuse;                   /* 0 none; FUSE_XM per-matrix activations, FUSE_SWIGLU xup, FUSE_NORM xnorm */
 } job_case;
+enum { FUSE_XM = 1, FUSE_SWIGLU = 2, FUSE_NORM = 3 };
+#define SWIGLU_LIMIT 10.0f
+#define NORM_EPS 1e-6f
+
+/* the reference activation of a SwiGLU job (src/cpu's clamped SwiGLU, in double) */
+static double swiglu_ref(double g, double u) {
+    if (g > SWIGLU_LIMIT) g = SWIGLU_LIMIT;
+    if (u > SWIGLU_LIMIT) u = SWIGLU_LIMIT;
+    if (u < -SWIGLU_LIMIT) u = -SWIGLU_LIMIT;
+    return g / (1.0 + exp(-g)) * u;
+}
 
 /* Run one case for one format; returns 1 if it passed. */
 static int check_case(uint32_t type, const job_case *jc) {
     const int64_t rows = jc->rows, cols = jc->cols, slices = jc->slices;
     const size_t rb = nf_row_bytes(type, cols);
     if (!rb) return 1; /* the format does not fit this row length */
+    /* SwiGLU staging is for the quantized formats (the float ones read their activations unstaged); the in-kernel
+     * norm for f32 rows of 16384 */
+    if (jc->fuse == FUSE_SWIGLU && (type == NF_TYPE_F32 || type == NF_TYPE_F16 || type == NF_TYPE_BF16)) return 1;
+    if (jc->fuse == FUSE_NORM && type != NF_TYPE_F32) return 1;
     rowset rs = make_rows(type, cols, jc->distinct);
     const int xdiv = jc->xdiv > 1 ? jc->xdiv : 1;
     const int nx = (jc->nvec + xdiv - 1) / xdiv;
     const int64_t ldx = cols + 12, ldy = rows + 5;
-    float *x = nf_xcalloc((size_t)nx * ldx, sizeof(float));
-    for (int i = 0; i < nx; i++)
-        for (int64_t c = 0; c < cols; c++) {
-            float v = jc->xkind == 2 ? 0.f : gauss();
-            if (jc->xkind == 1) v = ldexpf(v, (int)(rng() % 121) - 60);
-            x[(size_t)i * ldx + c] = v;
+    /* activation sets: one, or one per matrix (FUSE_XM), or gate and up (FUSE_SWIGLU: up in set 1) */
+    const int nsets = jc->fuse == FUSE_XM ? jc->nmat : jc->fuse == FUSE_SWIGLU ? 2 : 1;
+    float *xset[NF_CUDA_GEMV_MAX_MATS] = {NULL};
+    for (int k = 0; k < nsets; k++) {
+        xset[k] = nf_xcalloc((size_t)nx * ldx, sizeof(float));
+        for (int i = 0; i < nx; i++)
+            for (int64_t c = 0; c < cols; c++) {
+                float v = jc->xkind == 2 ? 0.f : gauss();
+                if (jc->xkind == 1) v = ldexpf(v, (int)(rng() % 121) - 60);
+                if (jc->fuse == FUSE_SWIGLU) v *= 6.0f; /* some beyond the clamp */
+                xset[k][(size_t)i * ldx + c] = v;
+            }
+    }
+    /* what the product sees: per set, the activation after the fused operation */
+    double *xeff[NF_CUDA_GEMV_MAX_MATS] = {NULL};
+    for (int k = 0; k < (jc->fuse == FUSE_XM ? nsets : 1); k++) {
+        xeff[k] = nf_xcalloc((size_t)nx * ldx, sizeof(double));
+        for (int i = 0; i < nx; i++) {
+            const float *xr = xset[k] + (size_t)i * ldx;
+            double r = 1.0;
+            if (jc->fuse == FUSE_NORM) {
+                double ss = 0;
+                for (int64_t c = 0; c < cols; c++) ss += (double)xr[c] * xr[c];
+                r = 1.0 / sqrt(ss / (double)cols + NORM_EPS);
+            }
+            for (int64_t c = 0; c < cols; c++)
+                xeff[k][(size_t)i * ldx + c] =
+                    jc->fuse == FUSE_SWIGLU ? swiglu_ref(xr[c], xset[1][(size_t)i * ldx + c]) : xr[c] * r;
         }
+    }
+    float *x = xset[0];
     int32_t ids[64];
     for (int v = 0; v < jc->nvec; v++) ids[v] = (int32_t)(rng() % (uint64_t)slices);
     nf_gemv_job j;
@@ -178,12 +218,33 @@ static int check_case(uint32_t type, const job_case *jc) {
     CHECK(cudaMalloc((void **)&dx, sizeof(float) * (size_t)nx * ldx));
     CHECK(cudaMemcpy(dx, x, sizeof(float) * (size_t)nx * ldx, cudaMemcpyHostToDevice));
     j.x = dx;
+    float *dxs[NF_CUDA_GEMV_MAX_MATS] = {NULL};
+    for (int k = 1; k < nsets; k++) {
+        CHECK(cudaMalloc((void **)&dxs[k], sizeof(float) * (size_t)nx * ldx));
+        CHECK(cudaMemcpy(dxs[k], xset[k], sizeof(float) * (size_t)nx * ldx, cudaMemcpyHostToDevice));
+    }
+    if (jc->fuse == FUSE_XM) {
+        j.xm[0] = dx;
+        for (int k = 1; k < nsets; k++) j.xm[k] = dxs[k];
+    } else if (jc->fuse == FUSE_SWIGLU) {
+        j.xup = dxs[1];
+        j.act_limit = SWIGLU_LIMIT;
+    } else if (jc->fuse == FUSE_NORM) {
+        j.xnorm = 1;
+        j.xnorm_eps = NORM_EPS;
+    }
+    /* a fused job the kernels do not take is an error of this test's shapes, not a skip */
+    int taken = jc->fuse == FUSE_SWIGLU ? nf_cuda_gemv_stages_x(&j) : jc->fuse == FUSE_NORM ? nf_cuda_gemv_norms_x(&j) : 1;
     if (jc->use_ids) {
         CHECK(cudaMalloc((void **)&dids, sizeof ids));
         CHECK(cudaMemcpy(dids, ids, sizeof ids, cudaMemcpyHostToDevice));
         j.ids = dids;
     }
     const int streams = nf_cuda_gemv_streams(&j);
+    if (!taken) {
+        printf("gemv %-8s %-10s: the fused job is not taken by the kernels  FAIL\n", nf_type_get(type)->name, jc->name);
+        return 0;
+    }
     if (nf_cuda_gemv_run(&j, NULL)) nf_die("%s", nf_error());
     CHECK(cudaDeviceSynchronize());
     float *y = nf_xmalloc(ybytes);
@@ -195,7 +256,7 @@ static int check_case(uint32_t type, const job_case *jc) {
         if (dump_file() && fwrite(y, 1, ybytes, dump_file()) != ybytes) nf_die("test_gemv: NF_GEMV_DUMP write failed");
         for (int v = 0; v < jc->nvec; v++) {
             const int64_t sl = jc->use_ids ? ids[v] : v % (jc->smod > 1 ? jc->smod : 1);
-            const float *xv = x + (size_t)(v / xdiv) * ldx;
+            const double *xv = xeff[jc->fuse == FUSE_XM ? m : 0] + (size_t)(v / xdiv) * ldx;
             for (int64_t r = 0; r < rows; r++) {
                 const float got = y[(size_t)v * ldy + r];
                 if (isnan(got)) { bad_rows++; continue; }
@@ -226,8 +287,11 @@ static int check_case(uint32_t type, const job_case *jc) {
     printf("  %s\n", ok ? "ok" : "FAIL");
     for (int m = 0; m < jc->nmat; m++) { cudaFree(dw[m] - jc->woff); cudaFree(dy[m]); }
     cudaFree(dx);
+    for (int k = 1; k < nsets; k++) cudaFree(dxs[k]);
     if (dids) cudaFree(dids);
-    free(x); free(y);
+    for (int k = 0; k < nsets; k++) free(xset[k]);
+    for (int k = 0; k < NF_CUDA_GEMV_MAX_MATS; k++) free(xeff[k]);
+    free(y);
     free_rows(&rs);
     return ok;
 }
@@ -468,54 +532,68 @@ int nf_gpu_test_gemv(int bench) {
     const int small = small_mode();
     /* name, rows, cols, slices, nmat, nvec, xdiv, smod, ids, xkind, woff, distinct, sample */
     const job_case full[] = {
-        {"2048x4096", 2048, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 512, 1},
-        {"4096x2048", 4096, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 512, 1},
-        {"odd_rows", 37, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 37, 1},
-        {"one_row", 1, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1},
-        {"head", 154880, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 509, 97},
-        {"gate_up", 2048, 4096, 64, 2, 8, 8, 1, 1, 0, 0, 1021, 3},
-        {"down", 4096, 2048, 64, 1, 8, 1, 1, 1, 0, 0, 1021, 3},
-        {"verify", 1000, 4096, 1, 1, 5, 1, 1, 0, 0, 0, 500, 1},
-        {"verify8", 333, 2048, 1, 1, 8, 1, 1, 0, 0, 0, 333, 1},
-        {"per_head", 70, 768, 4, 1, 8, 2, 4, 0, 0, 0, 280, 1},
-        {"plain", 33, 512, 1, 2, 3, 1, 1, 0, 0, 0, 66, 1},
-        {"x_range", 64, 4096, 1, 1, 1, 1, 1, 0, 1, 0, 64, 1},
-        {"x_zero", 16, 4096, 1, 1, 1, 1, 1, 0, 2, 0, 16, 1},
-        {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1},
+        {"2048x4096", 2048, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 512, 1, 0},
+        {"4096x2048", 4096, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 512, 1, 0},
+        {"odd_rows", 37, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 37, 1, 0},
+        {"one_row", 1, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0},
+        {"head", 154880, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 509, 97, 0},
+        {"gate_up", 2048, 4096, 64, 2, 8, 8, 1, 1, 0, 0, 1021, 3, 0},
+        {"down", 4096, 2048, 64, 1, 8, 1, 1, 1, 0, 0, 1021, 3, 0},
+        {"verify", 1000, 4096, 1, 1, 5, 1, 1, 0, 0, 0, 500, 1, 0},
+        {"verify8", 333, 2048, 1, 1, 8, 1, 1, 0, 0, 0, 333, 1, 0},
+        {"per_head", 70, 768, 4, 1, 8, 2, 4, 0, 0, 0, 280, 1, 0},
+        {"plain", 33, 512, 1, 2, 3, 1, 1, 0, 0, 0, 66, 1, 0},
+        {"x_range", 64, 4096, 1, 1, 1, 1, 1, 0, 1, 0, 64, 1, 0},
+        {"x_zero", 16, 4096, 1, 1, 1, 1, 1, 0, 2, 0, 16, 1, 0},
+        {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1, 0},
         /* rows of 1-4 blocks that are not 16-byte multiples (glm53's 128-wide Q8_0 gate expansions): the plain
          * kernel with 4- and 1-lane groups per row */
-        {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
-        {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
+        {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1, 0},
+        {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1, 0},
         /* three matrices of one shape in one launch (KDA's q, k, v) */
-        {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1},
-        {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1},
+        {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1, 0},
+        {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1, 0},
         /* rows whose activation is longer than a stage (KDA's and MLA's output projections): the staged copy in
          * the extended last stage */
-        {"long_row", 40, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 40, 1},
+        {"long_row", 40, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 40, 1, 0},
+        /* fused activations: per-matrix rows (KDA's two gate up-projections, plain and streaming shapes), SwiGLU
+         * while staging (the routed and shared experts' down projections), the in-kernel RMSNorm (the hc projection) */
+        {"xm_plain", 96, 128, 1, 2, 1, 1, 1, 0, 0, 0, 96, 1, FUSE_XM},
+        {"xm_stream", 64, 1024, 1, 3, 2, 1, 1, 0, 0, 0, 64, 1, FUSE_XM},
+        {"swiglu_ids", 256, 2048, 12, 1, 8, 1, 1, 1, 0, 0, 256, 1, FUSE_SWIGLU},
+        {"swiglu_long", 40, 12288, 1, 1, 1, 1, 1, 0, 0, 0, 40, 1, FUSE_SWIGLU},
+        {"xnorm", 24, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 24, 1, FUSE_NORM},
     };
     const job_case tiny[] = {
-        {"256x4096", 256, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 256, 1},
-        {"512x2048", 512, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 512, 1},
-        {"odd_rows", 37, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 37, 1},
-        {"one_row", 1, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1},
-        {"gate_up", 96, 4096, 6, 2, 8, 8, 1, 1, 0, 0, 97, 1},
-        {"down", 128, 2048, 6, 1, 8, 1, 1, 1, 0, 0, 101, 1},
-        {"verify", 100, 4096, 1, 1, 5, 1, 1, 0, 0, 0, 100, 1},
-        {"per_head", 70, 768, 4, 1, 8, 2, 4, 0, 0, 0, 280, 1},
-        {"plain", 33, 512, 1, 2, 3, 1, 1, 0, 0, 0, 66, 1},
-        {"x_range", 40, 4096, 1, 1, 1, 1, 1, 0, 1, 0, 40, 1},
-        {"x_zero", 8, 4096, 1, 1, 1, 1, 1, 0, 2, 0, 8, 1},
-        {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1},
+        {"256x4096", 256, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 256, 1, 0},
+        {"512x2048", 512, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 512, 1, 0},
+        {"odd_rows", 37, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 37, 1, 0},
+        {"one_row", 1, 2048, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0},
+        {"gate_up", 96, 4096, 6, 2, 8, 8, 1, 1, 0, 0, 97, 1, 0},
+        {"down", 128, 2048, 6, 1, 8, 1, 1, 1, 0, 0, 101, 1, 0},
+        {"verify", 100, 4096, 1, 1, 5, 1, 1, 0, 0, 0, 100, 1, 0},
+        {"per_head", 70, 768, 4, 1, 8, 2, 4, 0, 0, 0, 280, 1, 0},
+        {"plain", 33, 512, 1, 2, 3, 1, 1, 0, 0, 0, 66, 1, 0},
+        {"x_range", 40, 4096, 1, 1, 1, 1, 1, 0, 1, 0, 40, 1, 0},
+        {"x_zero", 8, 4096, 1, 1, 1, 1, 1, 0, 2, 0, 8, 1, 0},
+        {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1, 0},
         /* rows of 1-4 blocks that are not 16-byte multiples (glm53's 128-wide Q8_0 gate expansions): the plain
          * kernel with 4- and 1-lane groups per row */
-        {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
-        {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1},
+        {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1, 0},
+        {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1, 0},
         /* three matrices of one shape in one launch (KDA's q, k, v) */
-        {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1},
-        {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1},
+        {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1, 0},
+        {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1, 0},
         /* rows whose activation is longer than a stage (KDA's and MLA's output projections): the staged copy in
          * the extended last stage */
-        {"long_row", 40, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 40, 1},
+        {"long_row", 40, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 40, 1, 0},
+        /* fused activations: per-matrix rows (KDA's two gate up-projections, plain and streaming shapes), SwiGLU
+         * while staging (the routed and shared experts' down projections), the in-kernel RMSNorm (the hc projection) */
+        {"xm_plain", 96, 128, 1, 2, 1, 1, 1, 0, 0, 0, 96, 1, FUSE_XM},
+        {"xm_stream", 64, 1024, 1, 3, 2, 1, 1, 0, 0, 0, 64, 1, FUSE_XM},
+        {"swiglu_ids", 256, 2048, 12, 1, 8, 1, 1, 1, 0, 0, 256, 1, FUSE_SWIGLU},
+        {"swiglu_long", 40, 12288, 1, 1, 1, 1, 1, 0, 0, 0, 40, 1, FUSE_SWIGLU},
+        {"xnorm", 24, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 24, 1, FUSE_NORM},
     };
     const job_case *cases = small ? tiny : full;
     const int ncases = small ? (int)(sizeof tiny / sizeof tiny[0]) : (int)(sizeof full / sizeof full[0]);
