@@ -527,6 +527,27 @@ static void run_bench(void) {
     if (csv) fclose(csv);
 }
 
+/* The cases both lists end with: shapes of glm53's decode that the full and the emulated (small) runs share. */
+#define SHARED_CASES \
+        {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1, 0}, \
+        /* rows of 1-4 blocks that are not 16-byte multiples (glm53's 128-wide Q8_0 gate expansions): the plain \
+         * kernel with 4- and 1-lane groups per row */ \
+        {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1, 0}, \
+        {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1, 0}, \
+        /* three matrices of one shape in one launch (KDA's q, k, v) */ \
+        {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1, 0}, \
+        {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1, 0}, \
+        /* rows whose activation is longer than a stage (KDA's and MLA's output projections): the staged copy in \
+         * the extended last stage */ \
+        {"long_row", 40, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 40, 1, 0}, \
+        /* fused activations: per-matrix rows (KDA's two gate up-projections, plain and streaming shapes), SwiGLU \
+         * while staging (the routed and shared experts' down projections), the in-kernel RMSNorm (the hc projection) */ \
+        {"xm_plain", 96, 128, 1, 2, 1, 1, 1, 0, 0, 0, 96, 1, FUSE_XM}, \
+        {"xm_stream", 64, 1024, 1, 3, 2, 1, 1, 0, 0, 0, 64, 1, FUSE_XM}, \
+        {"swiglu_ids", 256, 2048, 12, 1, 8, 1, 1, 1, 0, 0, 256, 1, FUSE_SWIGLU}, \
+        {"swiglu_long", 40, 12288, 1, 1, 1, 1, 1, 0, 0, 0, 40, 1, FUSE_SWIGLU}, \
+        {"xnorm", 24, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 24, 1, FUSE_NORM},
+
 int nf_gpu_test_gemv(int bench) {
     if (nf_cuda_gemv_init()) nf_die("%s", nf_error());
     const int small = small_mode();
@@ -545,24 +566,7 @@ int nf_gpu_test_gemv(int bench) {
         {"plain", 33, 512, 1, 2, 3, 1, 1, 0, 0, 0, 66, 1, 0},
         {"x_range", 64, 4096, 1, 1, 1, 1, 1, 0, 1, 0, 64, 1, 0},
         {"x_zero", 16, 4096, 1, 1, 1, 1, 1, 0, 2, 0, 16, 1, 0},
-        {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1, 0},
-        /* rows of 1-4 blocks that are not 16-byte multiples (glm53's 128-wide Q8_0 gate expansions): the plain
-         * kernel with 4- and 1-lane groups per row */
-        {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1, 0},
-        {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1, 0},
-        /* three matrices of one shape in one launch (KDA's q, k, v) */
-        {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1, 0},
-        {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1, 0},
-        /* rows whose activation is longer than a stage (KDA's and MLA's output projections): the staged copy in
-         * the extended last stage */
-        {"long_row", 40, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 40, 1, 0},
-        /* fused activations: per-matrix rows (KDA's two gate up-projections, plain and streaming shapes), SwiGLU
-         * while staging (the routed and shared experts' down projections), the in-kernel RMSNorm (the hc projection) */
-        {"xm_plain", 96, 128, 1, 2, 1, 1, 1, 0, 0, 0, 96, 1, FUSE_XM},
-        {"xm_stream", 64, 1024, 1, 3, 2, 1, 1, 0, 0, 0, 64, 1, FUSE_XM},
-        {"swiglu_ids", 256, 2048, 12, 1, 8, 1, 1, 1, 0, 0, 256, 1, FUSE_SWIGLU},
-        {"swiglu_long", 40, 12288, 1, 1, 1, 1, 1, 0, 0, 0, 40, 1, FUSE_SWIGLU},
-        {"xnorm", 24, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 24, 1, FUSE_NORM},
+        SHARED_CASES
     };
     const job_case tiny[] = {
         {"256x4096", 256, 4096, 1, 1, 1, 1, 1, 0, 0, 0, 256, 1, 0},
@@ -576,24 +580,7 @@ int nf_gpu_test_gemv(int bench) {
         {"plain", 33, 512, 1, 2, 3, 1, 1, 0, 0, 0, 66, 1, 0},
         {"x_range", 40, 4096, 1, 1, 1, 1, 1, 0, 1, 0, 40, 1, 0},
         {"x_zero", 8, 4096, 1, 1, 1, 1, 1, 0, 2, 0, 8, 1, 0},
-        {"misalign", 50, 1024, 3, 2, 4, 2, 3, 0, 0, 4, 150, 1, 0},
-        /* rows of 1-4 blocks that are not 16-byte multiples (glm53's 128-wide Q8_0 gate expansions): the plain
-         * kernel with 4- and 1-lane groups per row */
-        {"short128", 45, 128, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1, 0},
-        {"short256", 45, 256, 1, 1, 2, 1, 1, 0, 0, 0, 45, 1, 0},
-        /* three matrices of one shape in one launch (KDA's q, k, v) */
-        {"qkv", 96, 1024, 1, 3, 1, 1, 1, 0, 0, 0, 96, 1, 0},
-        {"qkv_ids", 64, 512, 5, 3, 2, 1, 1, 1, 0, 0, 64, 1, 0},
-        /* rows whose activation is longer than a stage (KDA's and MLA's output projections): the staged copy in
-         * the extended last stage */
-        {"long_row", 40, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 40, 1, 0},
-        /* fused activations: per-matrix rows (KDA's two gate up-projections, plain and streaming shapes), SwiGLU
-         * while staging (the routed and shared experts' down projections), the in-kernel RMSNorm (the hc projection) */
-        {"xm_plain", 96, 128, 1, 2, 1, 1, 1, 0, 0, 0, 96, 1, FUSE_XM},
-        {"xm_stream", 64, 1024, 1, 3, 2, 1, 1, 0, 0, 0, 64, 1, FUSE_XM},
-        {"swiglu_ids", 256, 2048, 12, 1, 8, 1, 1, 1, 0, 0, 256, 1, FUSE_SWIGLU},
-        {"swiglu_long", 40, 12288, 1, 1, 1, 1, 1, 0, 0, 0, 40, 1, FUSE_SWIGLU},
-        {"xnorm", 24, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 24, 1, FUSE_NORM},
+        SHARED_CASES
     };
     const job_case *cases = small ? tiny : full;
     const int ncases = small ? (int)(sizeof tiny / sizeof tiny[0]) : (int)(sizeof full / sizeof full[0]);
