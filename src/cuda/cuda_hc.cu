@@ -192,10 +192,10 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
     if (hc > HC_MAX) return nf_fail("cuda hc: hc_count %d > %d", hc, HC_MAX);
     const int64_t flat = (int64_t)hc * n;
     nf_cuda_scratch sc(c);
-    float *r = sc.get<float>((size_t)T * flat), *mm = sc.get<float>((size_t)T * nm);
-    if (!r || !mm) return nf_fail("cuda hc_pre: out of device memory");
+    float *mm = sc.get<float>((size_t)T * nm);
+    if (!mm) return nf_fail("cuda hc_pre: out of device memory");
     nf_cuda_mat w = nf_cuda_mat_of(c, fn);
-    if (nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, r, mm, nm) < 0) return -1;
+    if (nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0) return -1;
     const float *norm_w = norm ? nf_cuda_vec(c, norm) : nullptr;
     if (norm && !norm_w) return nf_fail_prefix("layer %d norm", il);
     const unsigned norm_threads = nf_cuda_row_threads(n);

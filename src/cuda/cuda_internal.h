@@ -162,8 +162,8 @@ int nf_cuda_matmul_swiglu(nf_cuda *c, const nf_cuda_mat *w, float *g, const floa
                           const int32_t *ids, float *y, int64_t ldy, int nvec);
 /* y = W RMSNorm(x) (no norm weight; T rows of ldx, eps): in decode, when the kernel can (nf_cuda_gemv_norms_x: the
  * hc projection of glm53), one launch that normalises the row itself bit for bit; otherwise
- * nf_cuda_rmsnorm_rows into tmp (T * n floats) and the product. The same values either way. */
-int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float eps, float *tmp,
+ * nf_cuda_rmsnorm_rows into scratch and the product. The same values either way. */
+int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float eps,
                              float *y, int64_t ldy);
 /* y[t*ldy + r] = W[r,:] . x[t*ldx + :] for t < T */
 static inline int nf_cuda_matmul(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float *y,

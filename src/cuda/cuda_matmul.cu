@@ -322,7 +322,8 @@ static int run_job(nf_cuda *c, const nf_gemv_job *j) {
     return 0;
 }
 
-/* NF_CUDA_FUSE_X=off: the SwiGLU and RMSNorm in front of a decode product run as their own launches (A/B) */
+/* NF_CUDA_FUSE_X=off: the SwiGLU and RMSNorm in front of a decode product run as their own launches, and products
+ * on different activations as one launch each (A/B) */
 static bool fuse_x(void) {
     static int cache = -1;
     return nf_cuda_env_switch(&cache, "NF_CUDA_FUSE_X", "off");
@@ -364,7 +365,7 @@ int nf_cuda_matmul_swiglu(nf_cuda *c, const nf_cuda_mat *w, float *g, const floa
     return nf_cuda_matmul_ex(c, w, g, ldx, 1, 1, ids, y, ldy, nvec);
 }
 
-int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float eps, float *tmp,
+int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float eps,
                              float *y, int64_t ldy) {
     if (T <= 0 || w->rows <= 0) return 0;
     if (T <= NF_CUDA_GEMV_MAX_VECTORS && w->w && fuse_x()) {
@@ -373,6 +374,9 @@ int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, i
         j.xnorm_eps = eps;
         if (nf_cuda_gemv_norms_x(&j)) return run_job(c, &j);
     }
+    nf_cuda_scratch sc(c);
+    float *tmp = sc.get<float>((size_t)T * w->n);
+    if (!tmp) return nf_fail("cuda matmul: out of device memory");
     if (nf_cuda_rmsnorm_rows(c, x, ldx, T, w->n, eps, nullptr, tmp, w->n) < 0) return -1;
     return nf_cuda_matmul(c, w, tmp, T, w->n, y, ldy);
 }
