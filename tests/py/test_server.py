@@ -292,8 +292,10 @@ def test_keepalive_and_opening_event(srv):
                            "messages": [{"role": "user", "content": "tell a long story"}]})
         # occupy the worker with another request so this one waits in the queue
         blocker = s2.raw_socket()
-        # long enough to outlast the 0.3 s keepalive on a fast CPU (150 tokens took < 0.3 s once decode got faster)
-        bb = json.dumps({"model": "m", "max_tokens": 1500, "messages": [{"role": "user", "content": "blocker"}]})
+        # long enough to outlast the 0.3 s keepalive on a fast CPU (150 tokens took < 0.3 s once decode got faster):
+        # a prompt the embedded model answers up to max_tokens (1500 tokens, ~1.8 s here; the retrained model ends
+        # its answer to "blocker" by itself after 253 tokens, 0.33 s, and the queued request then never saw a ping)
+        bb = json.dumps({"model": "m", "max_tokens": 1500, "messages": [{"role": "user", "content": "tell a long story"}]})
         blocker.sendall(f"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                         f"Content-Length: {len(bb)}\r\n\r\n{bb}".encode())
         time.sleep(0.2)
