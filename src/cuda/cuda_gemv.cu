@@ -596,35 +596,6 @@ template <int R> __device__ __forceinline__ float warp_rows(float (&a)[R], int l
     return a[0];
 }
 
-/* nf_d_block_sum (cuda_rowsum.h) of a block of 2 * blockDim.x threads, thread t + blockDim.x's value given by
- * thread t as v1: the same warp trees and the same final tree over the 2 * blockDim.x / 32 warp sums (which must
- * be 32), so the sum is that block's bit for bit. */
-__device__ __forceinline__ double block_sum_pairs(double v0, double v1, double *sh) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        v0 += __shfl_xor_sync(0xffffffffu, v0, o);
-        v1 += __shfl_xor_sync(0xffffffffu, v1, o);
-    }
-    const int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
-    __syncthreads();
-    if (l == 0) {
-        sh[w] = v0;
-        sh[w + nw] = v1;
-    }
-    __syncthreads();
-    if (w == 0) {
-        double s = l < 2 * nw ? sh[l] : 0.0;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        __syncwarp();
-        if (l == 0) sh[32 - 1] = s;
-    }
-    __syncthreads();
-    const double r = sh[32 - 1];
-    __syncthreads();
-    return r;
-}
-
 template <int TY, int R>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_params p) {
     NF_PDL_ENTER();
@@ -696,9 +667,9 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
             /* the 32 doubles of the sum in the row-reduction area (>= 512 bytes, 8-byte aligned, unused until the
              * first batch): a static __shared__ array would push the kernel past the opt-in limit that
              * nf_cuda_gemv_init gives every kernel as dynamic shared memory (cudaFuncSetAttribute failed) */
-            double s0 = 0.0, s1 = 0.0;
-            if (active) U.sumsq_pair(s0, s1);
-            const float r = nf_d_rms_inv(block_sum_pairs(s0, s1, (double *)red), p.units * unit<TY>::COLS, p.xnorm_eps);
+            double ss[2] = {0.0, 0.0}; /* the sums of rmsnorm_kernel's threads u and u + units */
+            if (active) U.sumsq_pair(ss[0], ss[1]);
+            const float r = nf_d_rms_inv(nf_d_block_sum_k<2>(ss, (double *)red), p.units * unit<TY>::COLS, p.xnorm_eps);
             if (active) U.scale(r);
         }
     }
@@ -971,7 +942,7 @@ static size_t stream_ring(int nst, size_t stage, size_t xbytes) {
     return with_x > ring ? with_x : ring;
 }
 static_assert((GEMV_MAX_THREADS / 32) * 8 * sizeof(float) >= 32 * sizeof(double),
-              "the row-reduction area holds block_sum_pairs' 32 doubles");
+              "the row-reduction area holds nf_d_block_sum_k's 32 doubles");
 static size_t stream_smem(uint32_t type, int nst, size_t stage, size_t xbytes) {
     return (size_t)table_bytes(type) + stream_ring(nst, stage, xbytes) + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float);
 }
@@ -1090,6 +1061,13 @@ static void log_plan(const nf_gemv_job *j, int nmat, const stream_plan *pl, int 
             pl->threads, pl->nst, pl->stage, pl->ring, pl->smem, pl->per_sm, (long long)per_prob, nmat * j->nvec, stage_x);
 }
 
+/* the job gives some matrix its own activation rows */
+static bool has_xm(const nf_gemv_job *j) {
+    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++)
+        if (j->xm[m]) return true;
+    return false;
+}
+
 /* The activation row is staged in shared memory (see xsrc): a format that reads it so, the row in the stage ring
  * (one stage, or the extended last one), 16-byte aligned activation rows of every matrix. */
 static int stages_x(const nf_gemv_job *j, const stream_plan *pl) {
@@ -1102,16 +1080,15 @@ static int stages_x(const nf_gemv_job *j, const stream_plan *pl) {
     return 1;
 }
 
-/* The kernel can normalise the job's activation rows itself, bit for bit as rmsnorm_kernel (block_sum_pairs,
+/* The kernel can normalise the job's activation rows itself, bit for bit as rmsnorm_kernel (nf_d_block_sum_k<2>,
  * unit<F32>::sumsq_pair): f32 weights, one row group of `units` threads per CTA, rmsnorm_kernel's block twice
  * that and one pass of its float4 loads (16 x its threads = 32 * units columns: 16384 with 1024 threads, glm53's
- * 4 x 4096 streams), and
- * 16-byte aligned rows (its vec4 sums). */
+ * 4 x 4096 streams), and 16-byte aligned rows (its vec4 sums). */
 static int norms_x(const nf_gemv_job *j, const stream_plan *pl) {
     if (j->type != NF_TYPE_F32 || pl->G != 1 || pl->units != pl->threads) return 0;
     const int64_t rt = nf_cuda_row_threads(j->cols);
     if (2 * (int64_t)pl->units != rt || j->cols != 16 * rt) return 0;
-    return (uintptr_t)j->x % 16 == 0 && j->ldx % 4 == 0 && !j->xup && !j->xm[0] && !j->xm[1] && !j->xm[2] && !j->xm[3];
+    return (uintptr_t)j->x % 16 == 0 && j->ldx % 4 == 0 && !j->xup && !has_xm(j);
 }
 
 extern "C" int nf_cuda_gemv_norms_x(const nf_gemv_job *j) {
@@ -1134,9 +1111,8 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     if (j->nvec <= 0 || j->rows <= 0) return 0;
     const int nmat = job_mats(j);
     if (!nmat || !j->x) return nf_fail("cuda gemv: missing pointer");
-    if (j->xup) /* the swizzled staging holds one activation row per launch position: no per-matrix rows with it */
-        for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++)
-            if (j->xm[m]) return nf_fail("cuda gemv: a SwiGLU activation with per-matrix activations");
+    /* the swizzled staging holds one activation row per launch position: no per-matrix rows with it */
+    if (j->xup && has_xm(j)) return nf_fail("cuda gemv: a SwiGLU activation with per-matrix activations");
     for (int m = 0; m < nmat; m++)
         if (!j->y[m]) return nf_fail("cuda gemv: missing output %d", m);
     if (!g_sms && nf_cuda_gemv_init() < 0) return -1;

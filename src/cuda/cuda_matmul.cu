@@ -166,40 +166,6 @@ __global__ void embed_kernel(const uint8_t *w, size_t row_bytes, int64_t n, cons
     }
 }
 
-int nf_cuda_matmul_same(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *x, int64_t ldx, int xdiv,
-                        const int32_t *ids, float *const *y, int64_t ldy, int nvec) {
-    int same = nvec <= NF_CUDA_GEMV_MAX_VECTORS && nmat <= NF_CUDA_GEMV_MAX_MATS;
-    for (int m = 1; m < nmat && same; m++)
-        same = w[m]->type == w[0]->type && w[m]->n == w[0]->n && w[m]->rows == w[0]->rows &&
-               w[m]->slice_bytes == w[0]->slice_bytes && w[m]->w;
-    if (!same || nmat < 2) {
-        for (int m = 0; m < nmat; m++)
-            if (nf_cuda_matmul_ex(c, w[m], x, ldx, xdiv, 1, ids, y[m], ldy, nvec) < 0) return -1;
-        return 0;
-    }
-    if (nvec <= 0 || w[0]->rows <= 0) return 0;
-    if (!w[0]->w) return nf_fail("cuda matmul: missing weight");
-    nf_gemv_job j;
-    memset(&j, 0, sizeof j);
-    j.type = w[0]->type;
-    j.rows = w[0]->rows;
-    j.cols = w[0]->n;
-    j.slice_bytes = w[0]->slice_bytes;
-    for (int m = 0; m < nmat; m++) {
-        j.w[m] = w[m]->w;
-        j.y[m] = y[m];
-    }
-    j.x = x;
-    j.ldx = ldx;
-    j.xdiv = xdiv;
-    j.ids = ids;
-    j.ldy = ldy;
-    j.nvec = nvec;
-    if (nf_cuda_gemv_run(&j, c->stream) < 0) return -1;
-    if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
-    return 0;
-}
-
 int nf_cuda_embed_rows(nf_cuda *c, const nf_cuda_mat *w, const int32_t *tokens, int T, int copies, float *X) {
     if (T <= 0) return 0;
     cudaStream_t s = c->stream;
@@ -295,8 +261,8 @@ extern "C" int nf_cuda_selftest(void) {
     return fails;
 }
 
-/* a decode job of one matrix (nf_cuda_matmul_ex's arguments with xdiv = smod = 1) */
-static nf_gemv_job decode_job(const nf_cuda_mat *w, const float *x, int64_t ldx, const int32_t *ids, float *y,
+/* a decode job of one matrix (nf_cuda_matmul_ex's arguments with smod = 1) */
+static nf_gemv_job decode_job(const nf_cuda_mat *w, const float *x, int64_t ldx, int xdiv, const int32_t *ids, float *y,
                               int64_t ldy, int nvec) {
     nf_gemv_job j;
     memset(&j, 0, sizeof j);
@@ -308,7 +274,7 @@ static nf_gemv_job decode_job(const nf_cuda_mat *w, const float *x, int64_t ldx,
     j.y[0] = y;
     j.x = x;
     j.ldx = ldx;
-    j.xdiv = 1;
+    j.xdiv = xdiv;
     j.smod = 1;
     j.ids = ids;
     j.ldy = ldy;
@@ -329,33 +295,46 @@ static bool fuse_x(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_FUSE_X", "off");
 }
 
-int nf_cuda_matmul_same_x(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *const *x, int64_t ldx,
-                          float *const *y, int64_t ldy, int nvec) {
-    int same = nvec <= NF_CUDA_GEMV_MAX_VECTORS && nmat <= NF_CUDA_GEMV_MAX_MATS && nmat >= 2 && fuse_x();
+/* nf_cuda_matmul_same / _same_x: matrices of one type and shape, each on x (or on xs[m] when xs is given), in one
+ * decode launch when `group` allows and nvec <= NF_CUDA_GEMV_MAX_VECTORS (the same kernel, hence the same values,
+ * as separate products), else one product each */
+static int matmul_group(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *x, const float *const *xs,
+                        int64_t ldx, int xdiv, const int32_t *ids, float *const *y, int64_t ldy, int nvec, bool group) {
+    bool same = group && nmat >= 2 && nvec <= NF_CUDA_GEMV_MAX_VECTORS && nmat <= NF_CUDA_GEMV_MAX_MATS;
     for (int m = 1; m < nmat && same; m++)
         same = w[m]->type == w[0]->type && w[m]->n == w[0]->n && w[m]->rows == w[0]->rows &&
                w[m]->slice_bytes == w[0]->slice_bytes && w[m]->w;
     if (!same) {
         for (int m = 0; m < nmat; m++)
-            if (nf_cuda_matmul_ex(c, w[m], x[m], ldx, 1, 1, nullptr, y[m], ldy, nvec) < 0) return -1;
+            if (nf_cuda_matmul_ex(c, w[m], xs ? xs[m] : x, ldx, xdiv, 1, ids, y[m], ldy, nvec) < 0) return -1;
         return 0;
     }
     if (nvec <= 0 || w[0]->rows <= 0) return 0;
     if (!w[0]->w) return nf_fail("cuda matmul: missing weight");
-    nf_gemv_job j = decode_job(w[0], x[0], ldx, nullptr, y[0], ldy, nvec);
+    nf_gemv_job j = decode_job(w[0], x, ldx, xdiv, ids, y[0], ldy, nvec);
     for (int m = 0; m < nmat; m++) {
         j.w[m] = w[m]->w;
         j.y[m] = y[m];
-        j.xm[m] = x[m];
+        if (xs) j.xm[m] = xs[m];
     }
     return run_job(c, &j);
+}
+
+int nf_cuda_matmul_same(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *x, int64_t ldx, int xdiv,
+                        const int32_t *ids, float *const *y, int64_t ldy, int nvec) {
+    return matmul_group(c, w, nmat, x, nullptr, ldx, xdiv, ids, y, ldy, nvec, true);
+}
+
+int nf_cuda_matmul_same_x(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *const *x, int64_t ldx,
+                          float *const *y, int64_t ldy, int nvec) {
+    return matmul_group(c, w, nmat, x[0], x, ldx, 1, nullptr, y, ldy, nvec, fuse_x());
 }
 
 int nf_cuda_matmul_swiglu(nf_cuda *c, const nf_cuda_mat *w, float *g, const float *u, int64_t ldx, float limit,
                           const int32_t *ids, float *y, int64_t ldy, int nvec) {
     if (nvec <= 0 || w->rows <= 0) return 0;
     if (nvec <= NF_CUDA_GEMV_MAX_VECTORS && w->w && fuse_x()) {
-        nf_gemv_job j = decode_job(w, g, ldx, ids, y, ldy, nvec);
+        nf_gemv_job j = decode_job(w, g, ldx, 1, ids, y, ldy, nvec);
         j.xup = u;
         j.act_limit = limit;
         if (nf_cuda_gemv_stages_x(&j)) return run_job(c, &j);
@@ -369,7 +348,7 @@ int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, i
                              float *y, int64_t ldy) {
     if (T <= 0 || w->rows <= 0) return 0;
     if (T <= NF_CUDA_GEMV_MAX_VECTORS && w->w && fuse_x()) {
-        nf_gemv_job j = decode_job(w, x, ldx, nullptr, y, ldy, T);
+        nf_gemv_job j = decode_job(w, x, ldx, 1, nullptr, y, ldy, T);
         j.xnorm = 1;
         j.xnorm_eps = eps;
         if (nf_cuda_gemv_norms_x(&j)) return run_job(c, &j);

@@ -7,18 +7,25 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* The sum of v over the block, returned to every thread: warp trees, then warp 0 adds the warps' sums with a
- * tree (a fixed order, so the result does not depend on timing). blockDim.x a multiple of 32 (<= 1024), every
+/* The sum over a block of K * blockDim.x (virtual) threads, returned to every thread: thread t holds the values of
+ * threads t, t + blockDim.x, ..., in v[0..K). Warp trees, then warp 0 adds the warps' sums (warp w + k * nw of the
+ * virtual block in slot w + k * nw) with a tree: a fixed order, so the result does not depend on timing, and a block
+ * of blockDim.x threads with K values each gives the sum of the K * blockDim.x-thread block bit for bit (the hc
+ * projection GEMV forms rmsnorm_kernel's 1024-thread sum with 512 threads so). K * blockDim.x / 32 <= 32, every
  * thread calls it; sh: 32 doubles of shared memory, reusable right after the call returns. */
-__device__ __forceinline__ double nf_d_block_sum(double v, double *sh) {
+template <int K> __device__ __forceinline__ double nf_d_block_sum_k(double (&v)[K], double *sh) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int k = 0; k < K; k++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
     const int w = threadIdx.x / 32, l = threadIdx.x % 32, nw = blockDim.x / 32;
     __syncthreads();
-    if (l == 0) sh[w] = v;
+    if (l == 0)
+#pragma unroll
+        for (int k = 0; k < K; k++) sh[w + k * nw] = v[k];
     __syncthreads();
     if (w == 0) {
-        double s = l < nw ? sh[l] : 0.0;
+        double s = l < K * nw ? sh[l] : 0.0;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
         __syncwarp(); /* lane 31 read sh[31] above (32 warps): order that read before lane 0 overwrites it (the
@@ -29,6 +36,11 @@ __device__ __forceinline__ double nf_d_block_sum(double v, double *sh) {
     const double r = sh[32 - 1];
     __syncthreads();
     return r;
+}
+/* the sum of v over the block (nf_d_block_sum_k with one value per thread) */
+__device__ __forceinline__ double nf_d_block_sum(double v, double *sh) {
+    double a[1] = {v};
+    return nf_d_block_sum_k<1>(a, sh);
 }
 
 /* ---- RMSNorm's row reduction, shared by the kernels that normalise a row (cuda_norm.cu, cuda_hc.cu) ---- */
