@@ -12,7 +12,6 @@
 #include <string.h>
 
 #include "cuda/cuda_internal.h"
-#include "cuda/cuda_splitk.h"
 #include "cuda/backend_cuda.h"
 #include "cuda/cuda_launch.h"
 
@@ -176,7 +175,6 @@ static void cu_destroy(nf_backend *be) {
     if (c) {
         if (c->stream) cudaStreamSynchronize(c->stream);
         nf_cuda_graph_free(c);
-        nf_cuda_splitk_free(c);
         for (int i = 0; i < c->n_vecs; i++) cudaFree(c->vecs[i].val);
         free(c->vecs);
         if (c->dweights) cudaFree(c->dweights);
@@ -411,7 +409,6 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
     be->hc_pre = nf_cuda_hc_pre;
     be->hc_pre_norm = nf_cuda_hc_pre_norm;
     be->hc_post = nf_cuda_hc_post;
-    be->hc_post_pre_norm = nf_cuda_hc_post_pre_norm;
     be->rmsnorm = cu_rmsnorm;
     be->kda_block = nf_cuda_kda_block;
     be->mla_project = nf_cuda_mla_project;

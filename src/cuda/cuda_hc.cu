@@ -1,16 +1,13 @@
 /* cuda_hc.cu — manifold-constrained hyper-connections on the GPU: hc_pre (RMSNorm of the flattened streams,
  * the mixing projection, pre/post weights and the Sinkhorn-projected combination matrix, the collapse of the
  * streams) and hc_post (expand the block output and mix the streams). Same operations and orders as
- * src/cpu/hc.c; the Sinkhorn iterations of one token (hc x hc) run in one thread's registers when hc = 4 (else in
- * registers of one warp when hc * hc <= 32, else on hc * hc threads of one block), in the same launch as the
- * collapse. hc_pre_norm also applies the
+ * src/cpu/hc.c; the Sinkhorn iterations of one token (hc x hc) run in registers of one warp when hc * hc <= 32
+ * (else on hc * hc threads of one block), in the same launch as the collapse. hc_pre_norm also applies the
  * sub-layer's RMSNorm to the collapsed row in that launch (one kernel less per site, bit-identical). */
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_launch.h"
-#include "cuda/cuda_splitk.h"
 
 #define HC_MAX 16
-enum { HC_SINKHORN_BLOCK, HC_SINKHORN_WARP, HC_SINKHORN_REGS };
 
 /* The Sinkhorn projection of one token's combination matrix comb[hc][hc] (shared memory) by its first hc * hc
  * threads, thread i * hc + j owning element (i, j); every thread of the block calls it (it synchronises). Each
@@ -95,67 +92,6 @@ __device__ void sinkhorn_warp(float *comb, int hc_rt, int iters, float eps) {
     if (own) comb[lane] = v;
 }
 
-/* The same projection by one thread with the hc x hc matrix in registers (HC known at compile time; glm53: 4):
- * no shuffles and no barriers, and each row or column sum shared by its hc divisions: x / d is computed as
- * q = x * r with r = RN(1 / d), then one FMA correction, q + (x - d q) r, which is the correctly rounded quotient
- * (Markstein: r within half an ulp of 1 / d, q within an ulp of x / d; no value here is near over- or underflow),
- * so the results equal sinkhorn_warp's. Why: the warp version's chain of 39 passes, each a shuffle round trip and a
- * full division, was hc_pre's critical path (~9 us per site on the H200); here a pass is one sum, one reciprocal
- * and independent FMAs. */
-__device__ __forceinline__ float div_by(float x, float d, float r) {
-    const float q = __fmul_rn(x, r);
-    return __fmaf_rn(__fmaf_rn(-d, q, x), r, q);
-}
-
-template <int HC>
-__device__ void sinkhorn_regs(float *comb, int iters, float eps) {
-    float m[HC][HC];
-#pragma unroll
-    for (int i = 0; i < HC; i++) {
-#pragma unroll
-        for (int j = 0; j < HC; j++) m[i][j] = comb[i * HC + j];
-        float mx = m[i][0];
-#pragma unroll
-        for (int q = 1; q < HC; q++)
-            if (m[i][q] > mx) mx = m[i][q];
-        double rs = 0.0;
-#pragma unroll
-        for (int j = 0; j < HC; j++) {
-            m[i][j] = expf(__fsub_rn(m[i][j], mx));
-            rs += m[i][j];
-        }
-        const float inv = (float)(1.0 / rs);
-#pragma unroll
-        for (int j = 0; j < HC; j++) m[i][j] = __fadd_rn(__fmul_rn(m[i][j], inv), eps);
-    }
-    for (int it = 0; it < iters; it++) {
-        if (it > 0) {
-#pragma unroll
-            for (int i = 0; i < HC; i++) {
-                float s = 0.0f;
-#pragma unroll
-                for (int j = 0; j < HC; j++) s = __fadd_rn(s, m[i][j]);
-                const float d = __fadd_rn(s, eps), r = __frcp_rn(d);
-#pragma unroll
-                for (int j = 0; j < HC; j++) m[i][j] = div_by(m[i][j], d, r);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < HC; j++) {
-            float s = 0.0f;
-#pragma unroll
-            for (int i = 0; i < HC; i++) s = __fadd_rn(s, m[i][j]);
-            const float d = __fadd_rn(s, eps), r = __frcp_rn(d);
-#pragma unroll
-            for (int i = 0; i < HC; i++) m[i][j] = div_by(m[i][j], d, r);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < HC; i++)
-#pragma unroll
-        for (int j = 0; j < HC; j++) comb[i * HC + j] = m[i][j];
-}
-
 #define HC_THREADS 256
 
 /* The collapse of token t's streams, h[i] = sum_k pre[k] X[t][k][i], by one block into shared memory, then its
@@ -185,7 +121,7 @@ __device__ void collapse_norm_row(const float *pre, const float *x, int hc, int 
  * failed with "too many resources requested" on the H200) */
 __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
                                        int hc, int n, int iters, float eps, float *mix, float *h,
-                                       int sinkhorn_mode, const float *norm_w, float norm_eps) {
+                                       int sinkhorn_warp_enabled, const float *norm_w, float norm_eps) {
     NF_PDL_ENTER();
     __shared__ float w[HC_MAX * HC_MAX];
     const int nm = (2 + hc) * hc, tid = threadIdx.x;
@@ -196,10 +132,7 @@ __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *m
             if (tid < hc) post[tid] = __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(m[hc + tid], scale[1]), base[hc + tid])));
             if (tid < hc * hc) w[tid] = __fadd_rn(__fmul_rn(m[2 * hc + tid], scale[2]), base[2 * hc + tid]);
             __syncthreads();
-            if (hc == 4 && sinkhorn_mode == HC_SINKHORN_REGS) {
-                if (tid == 0) sinkhorn_regs<4>(w, iters, eps);
-                __syncthreads();
-            } else if (hc * hc <= 32 && sinkhorn_mode != HC_SINKHORN_BLOCK) {
+            if (hc * hc <= 32 && sinkhorn_warp_enabled) {
                 if (tid < 32) {
                     if (hc == 4) sinkhorn_warp<4>(w, hc, iters, eps);
                     else sinkhorn_warp<0>(w, hc, iters, eps);
@@ -233,15 +166,10 @@ static unsigned blocks_for(int64_t n) {
     return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
-/* NF_CUDA_HC_SINKHORN=block|warp: the block-wide or the one-warp projection instead of one thread's registers
- * (A/B; the same values) */
-static int hc_sinkhorn_mode(void) {
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("NF_CUDA_HC_SINKHORN");
-        mode = e && !strcmp(e, "block") ? HC_SINKHORN_BLOCK : e && !strcmp(e, "warp") ? HC_SINKHORN_WARP : HC_SINKHORN_REGS;
-    }
-    return mode;
+/* NF_CUDA_HC_SINKHORN=block keeps the block-wide projection (A/B) */
+static bool hc_warp_sinkhorn(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_SINKHORN", "block");
 }
 
 /* NF_CUDA_HC_NORM=off normalises in a separate launch (A/B; the same values) */
@@ -250,29 +178,24 @@ static bool hc_norm_fused(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_HC_NORM", "off");
 }
 
-struct hc_site {
-    const nf_tensor *fn;
-    const float *base, *scale;
-};
-
-static int hc_site_of(nf_cuda *c, int il, int site, hc_site *o) {
-    const nf_layer *L = &c->m->layers[il];
-    o->fn = site == 0 ? &L->hc_attn_fn : &L->hc_ffn_fn;
-    o->base = nf_cuda_vec(c, site == 0 ? &L->hc_attn_base : &L->hc_ffn_base);
-    o->scale = nf_cuda_vec(c, site == 0 ? &L->hc_attn_scale : &L->hc_ffn_scale);
-    if (!o->base || !o->scale) return nf_fail_prefix("layer %d hc", il);
-    if (c->m->hp.hc_count > HC_MAX) return nf_fail("cuda hc: hc_count %d > %d", c->m->hp.hc_count, HC_MAX);
-    return 0;
-}
-
-/* hc_pre after the projection mm[T][(2+hc)*hc]; with norm (the sub-layer's RMSNorm weight) out = RMSNorm(h) * norm
- * in the same launch when the collapse fits one block's shared memory, else through nf_cuda_rmsnorm_rows (same
- * values either way) */
-static int hc_mix(nf_cuda *c, const hc_site *hs, const float *mm, const float *X, int T, float *out, float *mix,
-                  const nf_tensor *norm, int il) {
+/* hc_pre; with norm (the sub-layer's RMSNorm weight) out = RMSNorm(h) * norm in the same launch when the collapse
+ * fits one block's shared memory, else through nf_cuda_rmsnorm_rows (same values either way) */
+static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *out, float *mix, const nf_tensor *norm) {
+    nf_cuda *c = nf_cuda_of(be);
     const nf_hparams *hp = &c->m->hp;
-    const int hc = hp->hc_count, n = hp->n_embd;
-    const float *base = hs->base, *scale = hs->scale;
+    const nf_layer *L = &c->m->layers[il];
+    const nf_tensor *fn = site == 0 ? &L->hc_attn_fn : &L->hc_ffn_fn;
+    const float *base = nf_cuda_vec(c, site == 0 ? &L->hc_attn_base : &L->hc_ffn_base);
+    const float *scale = nf_cuda_vec(c, site == 0 ? &L->hc_attn_scale : &L->hc_ffn_scale);
+    if (!base || !scale) return nf_fail_prefix("layer %d hc", il);
+    const int hc = hp->hc_count, n = hp->n_embd, nm = (2 + hc) * hc;
+    if (hc > HC_MAX) return nf_fail("cuda hc: hc_count %d > %d", hc, HC_MAX);
+    const int64_t flat = (int64_t)hc * n;
+    nf_cuda_scratch sc(c);
+    float *mm = sc.get<float>((size_t)T * nm);
+    if (!mm) return nf_fail("cuda hc_pre: out of device memory");
+    nf_cuda_mat w = nf_cuda_mat_of(c, fn);
+    if (nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0) return -1;
     const float *norm_w = norm ? nf_cuda_vec(c, norm) : nullptr;
     if (norm && !norm_w) return nf_fail_prefix("layer %d norm", il);
     const unsigned norm_threads = nf_cuda_row_threads(n);
@@ -286,64 +209,18 @@ static int hc_mix(nf_cuda *c, const hc_site *hs, const float *mm, const float *X
         hc_norm_fused()) {
         const dim3 grid(2, T < 65535 ? T : 65535);
         nf_launch(hc_mix_collapse_kernel, grid, norm_threads, row_bytes, c->stream, mm, base, scale, X, T, hc, n,
-                  hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, hc_sinkhorn_mode(), norm_w, hp->rms_eps);
+                  hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, (int)hc_warp_sinkhorn(), norm_w, hp->rms_eps);
         NF_LAUNCHED();
         return 0;
     }
-    nf_cuda_scratch sc(c);
     float *h = out;
     if (norm && !(h = sc.get<float>((size_t)T * n))) return nf_fail("cuda hc_pre: out of device memory");
     const int collapse_blocks = (int)((n + HC_THREADS - 1) / HC_THREADS < 64 ? (n + HC_THREADS - 1) / HC_THREADS : 64);
     const dim3 grid(1 + collapse_blocks, T < 65535 ? T : 65535);
     nf_launch(hc_mix_collapse_kernel, grid, HC_THREADS, 0, c->stream, mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
-              hp->hc_eps, mix, h, hc_sinkhorn_mode(), (const float *)nullptr, 0.0f);
+              hp->hc_eps, mix, h, (int)hc_warp_sinkhorn(), (const float *)nullptr, 0.0f);
     NF_LAUNCHED();
     return norm ? nf_cuda_rmsnorm_rows(c, h, n, T, n, hp->rms_eps, norm_w, out, n) : 0;
-}
-
-/* hc_pre: the projection of the normalised streams (cuda_splitk.cu's split product for f32, else the GEMV with
- * the norm applied as it stages its row), then hc_mix */
-static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *out, float *mix, const nf_tensor *norm) {
-    nf_cuda *c = nf_cuda_of(be);
-    const nf_hparams *hp = &c->m->hp;
-    hc_site hs;
-    if (hc_site_of(c, il, site, &hs) < 0) return -1;
-    const int hc = hp->hc_count, n = hp->n_embd, nm = (2 + hc) * hc;
-    const int64_t flat = (int64_t)hc * n;
-    nf_cuda_scratch sc(c);
-    float *mm = sc.get<float>((size_t)T * nm);
-    if (!mm) return nf_fail("cuda hc_pre: out of device memory");
-    nf_cuda_mat w = nf_cuda_mat_of(c, hs.fn);
-    if (nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0) return -1;
-    return hc_mix(c, &hs, mm, X, T, out, mix, norm, il);
-}
-
-/* NF_CUDA_HC_POST_PROJ=off: hc_post and the next hc_pre's projection as separate launches (A/B) */
-static bool hc_post_proj_fused(void) {
-    static int cache = -1;
-    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_POST_PROJ", "off");
-}
-
-/* hc_post of a sub-layer's output, then hc_pre_norm of the next site: hc_post and the next projection in one
- * launch (cuda_splitk.cu) when the shapes allow, else the two operations */
-int nf_cuda_hc_post_pre_norm(nf_backend *be, float *X, const float *y, float *mix, int T, int il, int site,
-                             const nf_tensor *w, float *x) {
-    nf_cuda *c = nf_cuda_of(be);
-    const nf_hparams *hp = &c->m->hp;
-    if (hc_post_proj_fused()) {
-        hc_site hs;
-        if (hc_site_of(c, il, site, &hs) < 0) return -1;
-        const int nm = (2 + hp->hc_count) * hp->hc_count;
-        nf_cuda_scratch sc(c);
-        float *mm = sc.get<float>((size_t)T * nm);
-        if (!mm) return nf_fail("cuda hc_pre: out of device memory");
-        nf_cuda_mat fw = nf_cuda_mat_of(c, hs.fn);
-        const int r = nf_cuda_hc_post_project(c, X, y, mix, T, hp->hc_count, hp->n_embd, &fw, hp->rms_eps, mm, nm);
-        if (r < 0) return -1;
-        if (r == 0) return hc_mix(c, &hs, mm, X, T, x, mix, w, il);
-    }
-    if (nf_cuda_hc_post(be, X, y, mix, T) < 0) return -1;
-    return hc_pre(be, il, site, X, T, x, mix, w);
 }
 
 int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix) {

@@ -64,7 +64,6 @@ struct nf_cuda {
     uint8_t *arena;
     size_t arena_cap, arena_used, arena_need;
     struct nf_cuda_graph_cache *gcache;
-    struct nf_cuda_splitk *splitk; /* tickets and partials of the split products (cuda_splitk.cu), made on first use */
 };
 
 /* ---- decode-step graphs (cuda_graph.cu) ---- */
@@ -210,8 +209,6 @@ int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, floa
 int nf_cuda_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,
                         float *mix);
 int nf_cuda_hc_post(nf_backend *be, float *X, const float *y, const float *mix, int T);
-int nf_cuda_hc_post_pre_norm(nf_backend *be, float *X, const float *y, float *mix, int T, int il, int site,
-                             const nf_tensor *w, float *x);
 int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y);
 int nf_cuda_mla_project(nf_backend *be, int il, nf_state *st, const float *x, int T, float *qr, float *q);
 int nf_cuda_mla_attend(nf_backend *be, int il, nf_state *st, const float *q, const int32_t *sel, int T, float *y);

@@ -26,7 +26,6 @@
 #include "cuda/cuda_dequant.h"
 #include "cuda/cuda_gemv.h"
 #include "cuda/cuda_internal.h"
-#include "cuda/cuda_splitk.h"
 #include "cuda/cuda_launch.h"
 
 /* NF_CUDA_SYNC=1 (diagnostic): wait for the stream after every product */
@@ -345,19 +344,9 @@ int nf_cuda_matmul_swiglu(nf_cuda *c, const nf_cuda_mat *w, float *g, const floa
     return nf_cuda_matmul_ex(c, w, g, ldx, 1, 1, ids, y, ldy, nvec);
 }
 
-/* NF_CUDA_SPLITK=off: the hc projection on the streaming GEMV (A/B of cuda_splitk.cu) */
-static bool splitk_on(void) {
-    static int cache = -1;
-    return nf_cuda_env_switch(&cache, "NF_CUDA_SPLITK", "off");
-}
-
 int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float eps,
                              float *y, int64_t ldy) {
     if (T <= 0 || w->rows <= 0) return 0;
-    if (splitk_on()) {
-        const int r = nf_cuda_matmul_splitk(c, w, x, T, ldx, 1, eps, y, ldy);
-        if (r <= 0) return r;
-    }
     if (T <= NF_CUDA_GEMV_MAX_VECTORS && w->w && fuse_x()) {
         nf_gemv_job j = decode_job(w, x, ldx, 1, nullptr, y, ldy, T);
         j.xnorm = 1;

@@ -55,11 +55,6 @@ struct nf_backend {
      * a launch per site: 90 per decoded token on glm53) */
     int (*hc_pre_norm)(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,
                        float *mix);
-    /* Optional (NULL: hc_post, then the next site's hc_pre_norm): hc_post of y into X with mix, then hc_pre_norm of
-     * site (il, site) into x and mix. X and mix as the two calls leave them, x within f32 rounding of them (a
-     * backend fuses the post with the next site's projection: one launch less per site) */
-    int (*hc_post_pre_norm)(nf_backend *be, float *X, const float *y, float *mix, int T, int il, int site,
-                            const nf_tensor *w, float *x);
 
     /* KDA block: y[T][n_embd] from the attn-normed x; updates the layer's conv window and recurrent state */
     int (*kda_block)(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y);

@@ -62,14 +62,6 @@ static int hc_pre_normed(nf_backend *be, int il, int site, fw_bufs *b, int T, co
     return be->rmsnorm(be, w, b->h, T, b->x);
 }
 
-/* hc_post of the sub-layer output b->y, then the next site's hc_pre_normed: one backend call where the backend
- * fuses them */
-static int hc_post_then_pre(nf_backend *be, int il, int site, fw_bufs *b, int T, const nf_tensor *w) {
-    if (be->hc_post_pre_norm) return be->hc_post_pre_norm(be, b->X, b->y, b->mix, T, il, site, w, b->x);
-    if (be->hc_post(be, b->X, b->y, b->mix, T) < 0) return -1;
-    return hc_pre_normed(be, il, site, b, T, w);
-}
-
 static void release_all(nf_backend *be, fw_bufs *b) {
     void *ps[] = {b->X, b->h, b->x, b->y, b->mix, b->qr, b->q, b->logits, b->sel};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
@@ -169,8 +161,8 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
     }
     for (int il = part->layer_begin; il < part->layer_end; il++) {
         const nf_layer *L = &m->layers[il];
-        /* attention site (after the first layer, its hc_pre ran with the previous layer's last hc_post) */
-        if (il == part->layer_begin) CHECK(hc_pre_normed(be, il, 0, &b, T, &L->attn_norm));
+        /* attention site */
+        CHECK(hc_pre_normed(be, il, 0, &b, T, &L->attn_norm));
         if (hp->layer_kind[il] == NF_LAYER_KDA) {
             CHECK(be->kda_block(be, il, st, b.x, T, b.y));
         } else {
@@ -193,12 +185,12 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
             CHECK(be->mla_attend(be, il, st, b.q, b.sel, T, b.y));
             mla_index++;
         }
+        CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
         /* FFN site */
-        CHECK(hc_post_then_pre(be, il, 1, &b, T, &L->ffn_norm));
+        CHECK(hc_pre_normed(be, il, 1, &b, T, &L->ffn_norm));
         if (hp->layer_moe[il]) CHECK(be->moe_block(be, il, b.x, T, b.y));
         else CHECK(be->dense_mlp(be, il, b.x, T, b.y));
-        if (il + 1 < part->layer_end) CHECK(hc_post_then_pre(be, il + 1, 0, &b, T, &m->layers[il + 1].attn_norm));
-        else CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
+        CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
     }
 
     if (part->X_out) { /* a pipeline stage before the last: the streams (and selection) go on to the next */

@@ -114,8 +114,7 @@ typedef struct {
     double err[B_COUNT];
     int calls[B_COUNT];
     long sel_rows, sel_bad;
-    long fused_vals, fused_bad; /* hc_pre_norm vs the GPU's own hc_pre + rmsnorm, hc_post_pre_norm's streams vs its
-                                 * own hc_post: values compared, not bit-equal */
+    long fused_vals, fused_bad; /* hc_pre_norm vs the GPU's own hc_pre + rmsnorm: values compared, not bit-equal */
     int cuda_error;
 } pair_ctx;
 
@@ -281,44 +280,6 @@ static int p_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T
     cmp(P, B_RMSNORM, x, nx);
     return 0;
 }
-/* the GPU's fused hc_post + next hc_pre_norm against the CPU's three calls (tolerance, as those blocks), and its new
- * streams against the GPU's own hc_post on a copy, which they must equal bit for bit (backend.h; counted with the
- * hc_pre_norm values) */
-static int p_hc_post_pre_norm(nf_backend *be, float *X, const float *y, float *mix, int T, int il, int site,
-                              const nf_tensor *w, float *x) {
-    pair_ctx *P = ctx_of(be);
-    const int hc = HP->hc_count, n = HP->n_embd;
-    const size_t nX = (size_t)T * hc * n, nx = (size_t)T * n, nmix = (size_t)T * (hc + hc * hc);
-    up(P, X, nX * sizeof(float));
-    up(P, y, nx * sizeof(float));
-    up(P, mix, nmix * sizeof(float));
-    float *dX = P->gpu->alloc(P->gpu, nX * sizeof(float));
-    if (!dX) return nf_fail("pair hc_post_pre_norm: out of device memory");
-    cu_check(P, cudaMemcpy(dX, dev_of(P, X), nX * sizeof(float), cudaMemcpyDeviceToDevice), "copy");
-    if (P->gpu->hc_post(P->gpu, dX, dev_of(P, y), dev_of(P, mix), T) < 0) return -1;
-    if (P->gpu->hc_post_pre_norm(P->gpu, dev_of(P, X), dev_of(P, y), dev_of(P, mix), T, il, site, w, dev_of(P, x)) < 0)
-        return -1;
-    float *fX = nf_xmalloc(nX * sizeof(float)), *sX = nf_xmalloc(nX * sizeof(float));
-    cu_check(P, cudaDeviceSynchronize(), "sync hc_post_pre_norm");
-    cu_check(P, cudaMemcpy(fX, dev_of(P, X), nX * sizeof(float), cudaMemcpyDeviceToHost), "download");
-    cu_check(P, cudaMemcpy(sX, dX, nX * sizeof(float), cudaMemcpyDeviceToHost), "download");
-    for (size_t i = 0; i < nX; i++) P->fused_bad += memcmp(&fX[i], &sX[i], sizeof(float)) != 0;
-    P->fused_vals += (long)nX;
-    free(fX);
-    free(sX);
-    P->gpu->release(P->gpu, dX);
-    float *h = nf_xmalloc(nx * sizeof(float));
-    int rc = P->cpu->hc_post(P->cpu, X, y, mix, T) < 0 || P->cpu->hc_pre(P->cpu, il, site, X, T, h, mix) < 0 ||
-                     P->cpu->rmsnorm(P->cpu, w, h, T, x) < 0
-                 ? -1
-                 : 0;
-    free(h);
-    if (rc < 0) return -1;
-    cmp(P, B_HC_POST, X, nX);
-    cmp(P, B_HC_PRE, mix, nmix);
-    cmp(P, B_RMSNORM, x, nx);
-    return 0;
-}
 static int p_hc_post(nf_backend *be, float *X, const float *y, const float *mix, int T) {
     pair_ctx *P = ctx_of(be);
     const int hc = HP->hc_count, n = HP->n_embd;
@@ -458,7 +419,6 @@ static double block_check(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, 
     pb.hc_post = p_hc_post;
     pb.rmsnorm = p_rmsnorm;
     if (gpu->hc_pre_norm) pb.hc_pre_norm = p_hc_pre_norm;
-    if (gpu->hc_post_pre_norm) pb.hc_post_pre_norm = p_hc_post_pre_norm;
     pb.kda_block = p_kda;
     pb.mla_project = p_mla_project;
     pb.indexer_select = p_indexer;
@@ -475,7 +435,7 @@ static double block_check(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, 
     for (int d = 0; rc == 0 && d < ndecode; d++) rc = nf_prefill(&pb, st, tok + np + d, 1, 0, logits, 1, NULL);
     CHECK(rc == 0, "pair prefill: %s", nf_error());
     CHECK(!P.cuda_error, "CUDA error during the block check");
-    if (P.fused_vals) printf("  fused hc_pre_norm vs hc_pre + rmsnorm, hc_post_pre_norm streams vs hc_post (both GPU): %ld of %ld values differ\n", P.fused_bad, P.fused_vals);
+    if (P.fused_vals) printf("  fused hc_pre_norm vs hc_pre + rmsnorm (both GPU): %ld of %ld values differ\n", P.fused_bad, P.fused_vals);
     CHECK(P.fused_bad == 0, "hc_pre_norm differs from hc_pre + rmsnorm at %ld of %ld values", P.fused_bad, P.fused_vals);
     double worst = 0;
     printf("  blocks, %s (max |gpu-cpu|/max|cpu| from identical inputs):", what);

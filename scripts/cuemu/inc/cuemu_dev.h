@@ -118,7 +118,6 @@ inline int __ffs(int v) { return __builtin_ffs(v); }
 template <class T> T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
 template <class T> T atomicMax(T *p, T v) { T o = *p; if (v > o) *p = v; return o; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
-inline float __frcp_rn(float x) { return 1.0f / x; }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
@@ -133,8 +132,6 @@ inline __half __ushort_as_half(unsigned short v) { return __half{v}; }
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 template <class T> T __ldg(const T *p) { return *p; }
-template <class T> T __ldcg(const T *p) { return *p; }
-inline void __threadfence() {} /* blocks run one after another */
 template <class T> cudaError_t cudaMemcpyToSymbol(T &sym, const void *src, size_t n) { memcpy(&sym, src, n); return 0; }
 inline unsigned __ballot_sync(unsigned, int pred) {
     auto &f = cuemu_B->f[cuemu_B->cur];
