@@ -8,6 +8,7 @@
 #include "cuda/cuda_launch.h"
 
 #define HC_MAX 16
+enum { HC_SINKHORN_BLOCK, HC_SINKHORN_WARP, HC_SINKHORN_WARP_FASTDIV, HC_SINKHORN_REGS };
 
 /* The Sinkhorn projection of one token's combination matrix comb[hc][hc] (shared memory) by its first hc * hc
  * threads, thread i * hc + j owning element (i, j); every thread of the block calls it (it synchronises). Each
@@ -48,13 +49,32 @@ __device__ void sinkhorn_block(float *comb, int hc, int iters, float eps) {
     }
 }
 
+/* x / d correctly rounded without the IEEE division's branches: r = RN(1/d) from the hardware reciprocal (within an
+ * ulp) and one Newton step, q = x r, then one FMA correction q + (x - d q) r (Markstein), which gives the correctly
+ * rounded quotient for d and x far from over- and underflow (here: sums of positive values above eps). The same
+ * values as __fdiv_rn (checked against x / d on 2e8 random pairs with the reciprocal off by up to an ulp, and by
+ * byte-identical step dumps on the GPU: docs/benchmarks.md). */
+__device__ __forceinline__ float rcp_nr(float d) {
+#ifdef __CUDA_ARCH__
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+#else
+    float r = 1.0f / d; /* the CPU emulation (scripts/cuemu) */
+#endif
+    return __fmaf_rn(__fmaf_rn(-d, r, 1.0f), r, r);
+}
+__device__ __forceinline__ float div_by(float x, float d, float r) {
+    const float q = __fmul_rn(x, r);
+    return __fmaf_rn(__fmaf_rn(-d, q, x), r, q);
+}
+
 /* The same projection by one warp when hc * hc <= 32 (glm53: 4 x 4): lane i * hc + j owns element (i, j) in a
  * register, and reads the row or column it sums with shuffles in the same sequential order, so the values equal
  * sinkhorn_block's; without a block barrier between the 2 x iters passes the serial chain is about half as long
  * (the block version's barriers were most of hc_pre's ~12 us). Called by the 32 lanes of one warp. HC > 0: hc
  * known at compile time (glm53: 4), the sums unrolled so that a pass's shuffles issue back to back instead of one
  * shuffle-add round trip per element (the same additions in the same order); HC = 0: any hc. */
-template <int HC>
+template <int HC, bool FASTDIV = false>
 __device__ void sinkhorn_warp(float *comb, int hc_rt, int iters, float eps) {
     const int hc = HC > 0 ? HC : hc_rt;
     constexpr int QMAX = HC > 0 ? HC : HC_MAX;
@@ -86,10 +106,64 @@ __device__ void sinkhorn_warp(float *comb, int hc_rt, int iters, float eps) {
 #pragma unroll
             for (int q = 0; q < QMAX; q++)
                 if (HC > 0 || q < hc) s = __fadd_rn(s, t[q]);
-            if (own) v = __fdiv_rn(v, __fadd_rn(s, eps));
+            if (own) {
+                const float d = __fadd_rn(s, eps);
+                v = FASTDIV ? div_by(v, d, rcp_nr(d)) : __fdiv_rn(v, d);
+            }
         }
     }
     if (own) comb[lane] = v;
+}
+
+/* The same projection by one thread with the hc x hc matrix in registers (HC known at compile time; glm53: 4): no
+ * shuffles, no barriers, one reciprocal per row or column sum and independent FMAs for its elements (div_by). */
+template <int HC>
+__device__ void sinkhorn_regs(float *comb, int iters, float eps) {
+    float m[HC][HC];
+#pragma unroll
+    for (int i = 0; i < HC; i++) {
+#pragma unroll
+        for (int j = 0; j < HC; j++) m[i][j] = comb[i * HC + j];
+        float mx = m[i][0];
+#pragma unroll
+        for (int q = 1; q < HC; q++)
+            if (m[i][q] > mx) mx = m[i][q];
+        double rs = 0.0;
+#pragma unroll
+        for (int j = 0; j < HC; j++) {
+            m[i][j] = expf(__fsub_rn(m[i][j], mx));
+            rs += m[i][j];
+        }
+        const float inv = (float)(1.0 / rs);
+#pragma unroll
+        for (int j = 0; j < HC; j++) m[i][j] = __fadd_rn(__fmul_rn(m[i][j], inv), eps);
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+#pragma unroll
+            for (int i = 0; i < HC; i++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int j = 0; j < HC; j++) s = __fadd_rn(s, m[i][j]);
+                const float d = __fadd_rn(s, eps), r = rcp_nr(d);
+#pragma unroll
+                for (int j = 0; j < HC; j++) m[i][j] = div_by(m[i][j], d, r);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < HC; j++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < HC; i++) s = __fadd_rn(s, m[i][j]);
+            const float d = __fadd_rn(s, eps), r = rcp_nr(d);
+#pragma unroll
+            for (int i = 0; i < HC; i++) m[i][j] = div_by(m[i][j], d, r);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < HC; i++)
+#pragma unroll
+        for (int j = 0; j < HC; j++) comb[i * HC + j] = m[i][j];
 }
 
 #define HC_THREADS 256
@@ -121,7 +195,7 @@ __device__ void collapse_norm_row(const float *pre, const float *x, int hc, int 
  * failed with "too many resources requested" on the H200) */
 __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
                                        int hc, int n, int iters, float eps, float *mix, float *h,
-                                       int sinkhorn_warp_enabled, const float *norm_w, float norm_eps) {
+                                       int sinkhorn_mode, const float *norm_w, float norm_eps) {
     NF_PDL_ENTER();
     __shared__ float w[HC_MAX * HC_MAX];
     const int nm = (2 + hc) * hc, tid = threadIdx.x;
@@ -132,9 +206,13 @@ __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *m
             if (tid < hc) post[tid] = __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(m[hc + tid], scale[1]), base[hc + tid])));
             if (tid < hc * hc) w[tid] = __fadd_rn(__fmul_rn(m[2 * hc + tid], scale[2]), base[2 * hc + tid]);
             __syncthreads();
-            if (hc * hc <= 32 && sinkhorn_warp_enabled) {
+            if (hc == 4 && sinkhorn_mode == HC_SINKHORN_REGS) {
+                if (tid == 0) sinkhorn_regs<4>(w, iters, eps);
+                __syncthreads();
+            } else if (hc * hc <= 32 && sinkhorn_mode != HC_SINKHORN_BLOCK) {
                 if (tid < 32) {
-                    if (hc == 4) sinkhorn_warp<4>(w, hc, iters, eps);
+                    if (hc == 4 && sinkhorn_mode == HC_SINKHORN_WARP_FASTDIV) sinkhorn_warp<4, true>(w, hc, iters, eps);
+                    else if (hc == 4) sinkhorn_warp<4>(w, hc, iters, eps);
                     else sinkhorn_warp<0>(w, hc, iters, eps);
                 }
                 __syncthreads();
@@ -166,10 +244,19 @@ static unsigned blocks_for(int64_t n) {
     return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
-/* NF_CUDA_HC_SINKHORN=block keeps the block-wide projection (A/B) */
-static bool hc_warp_sinkhorn(void) {
-    static int cache = -1;
-    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_SINKHORN", "block");
+/* NF_CUDA_HC_SINKHORN=block|warp|warpdiv|regs: the block-wide projection, the warp's (default), the warp's with
+ * div_by instead of __fdiv_rn, one thread's registers (A/B; the same values) */
+static int hc_sinkhorn_mode(void) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("NF_CUDA_HC_SINKHORN");
+        mode = !e                        ? HC_SINKHORN_WARP
+               : !strcmp(e, "block")     ? HC_SINKHORN_BLOCK
+               : !strcmp(e, "warpdiv")   ? HC_SINKHORN_WARP_FASTDIV
+               : !strcmp(e, "regs")      ? HC_SINKHORN_REGS
+                                         : HC_SINKHORN_WARP;
+    }
+    return mode;
 }
 
 /* NF_CUDA_HC_NORM=off normalises in a separate launch (A/B; the same values) */
@@ -209,7 +296,7 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
         hc_norm_fused()) {
         const dim3 grid(2, T < 65535 ? T : 65535);
         nf_launch(hc_mix_collapse_kernel, grid, norm_threads, row_bytes, c->stream, mm, base, scale, X, T, hc, n,
-                  hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, (int)hc_warp_sinkhorn(), norm_w, hp->rms_eps);
+                  hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, hc_sinkhorn_mode(), norm_w, hp->rms_eps);
         NF_LAUNCHED();
         return 0;
     }
@@ -218,7 +305,7 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
     const int collapse_blocks = (int)((n + HC_THREADS - 1) / HC_THREADS < 64 ? (n + HC_THREADS - 1) / HC_THREADS : 64);
     const dim3 grid(1 + collapse_blocks, T < 65535 ? T : 65535);
     nf_launch(hc_mix_collapse_kernel, grid, HC_THREADS, 0, c->stream, mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
-              hp->hc_eps, mix, h, (int)hc_warp_sinkhorn(), (const float *)nullptr, 0.0f);
+              hp->hc_eps, mix, h, hc_sinkhorn_mode(), (const float *)nullptr, 0.0f);
     NF_LAUNCHED();
     return norm ? nf_cuda_rmsnorm_rows(c, h, n, T, n, hp->rms_eps, norm_w, out, n) : 0;
 }
