@@ -185,6 +185,43 @@ __device__ void collapse_norm_row(const float *pre, const float *x, int hc, int 
     for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = __fmul_rn(norm_w[i], __fmul_rn(sh[i], r));
 }
 
+/* collapse_norm_row for hc = 4 with the row held in registers: thread i owns the float4 i of the row (n <= 4 x
+ * blockDim, 16-byte aligned rows), so the four streams' loads of a thread and its norm weights are in flight
+ * together and nothing goes through shared memory; the same operations
+ * in the same order (the pre weights per thread as block x >= 1 computes them, the sum of squares as
+ * nf_d_row_sumsq_part's vec4 path with one float4 per thread), so the same bits. Why: collapse_norm_row's strided
+ * loops paid a memory round trip per element group (four for the streams, four for the weights): ~9 us per site;
+ * here the streams, the weights and the mixing values are one round of loads. */
+__device__ void collapse_norm_row4(const float *m, const float *base, const float *scale, float hc_eps, const float *x,
+                                   int n, float eps, const float *norm_w, float *out, double *red) {
+    const int i = threadIdx.x, n4 = n / 4;
+    const bool own = i < n4;
+    const float4 nw = own ? ((const float4 *)norm_w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 v[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) v[k] = own ? ((const float4 *)(x + (size_t)k * n))[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float pre[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) pre[k] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[k], scale[0]), base[k])), hc_eps);
+    float4 h = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        h.x = __fadd_rn(h.x, __fmul_rn(pre[k], v[k].x));
+        h.y = __fadd_rn(h.y, __fmul_rn(pre[k], v[k].y));
+        h.z = __fadd_rn(h.z, __fmul_rn(pre[k], v[k].z));
+        h.w = __fadd_rn(h.w, __fmul_rn(pre[k], v[k].w));
+    }
+    double ss = 0.0;
+    ss += (double)h.x * (double)h.x;
+    ss += (double)h.y * (double)h.y;
+    ss += (double)h.z * (double)h.z;
+    ss += (double)h.w * (double)h.w;
+    const float r = nf_d_rms_inv(nf_d_block_sum(ss, red), n, eps);
+    if (own)
+        ((float4 *)out)[i] = make_float4(__fmul_rn(nw.x, __fmul_rn(h.x, r)), __fmul_rn(nw.y, __fmul_rn(h.y, r)),
+                                         __fmul_rn(nw.z, __fmul_rn(h.z, r)), __fmul_rn(nw.w, __fmul_rn(h.w, r)));
+}
+
 /* hc_pre after the projection mm[T][(2+hc)*hc], for token t = blockIdx.y (+ multiples of gridDim.y):
  *  block x = 0: post weights and the Sinkhorn-projected combination matrix into mix[t][hc + hc*hc];
  *  blocks x >= 1: the collapse h[t][i] = sum_k pre[k] X[t][k][i] (pre recomputed per block: hc sigmoids);
@@ -195,10 +232,14 @@ __device__ void collapse_norm_row(const float *pre, const float *x, int hc, int 
  * failed with "too many resources requested" on the H200) */
 __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
                                        int hc, int n, int iters, float eps, float *mix, float *h,
-                                       int sinkhorn_mode, const float *norm_w, float norm_eps) {
+                                       int sinkhorn_mode, const float *norm_w, float norm_eps, int row4) {
+    /* row4 (hc = 4, n <= 4 x blockDim, aligned rows): block 1 normalises through collapse_norm_row4 */
+    const int tid = threadIdx.x;
+    const bool r4 = row4 && norm_w && blockIdx.x == 1;
     NF_PDL_ENTER();
     __shared__ float w[HC_MAX * HC_MAX];
-    const int nm = (2 + hc) * hc, tid = threadIdx.x;
+    __shared__ double red4[32];
+    const int nm = (2 + hc) * hc;
     for (int t = blockIdx.y; t < T; t += gridDim.y) {
         const float *m = mm + (size_t)t * nm;
         if (blockIdx.x == 0) {
@@ -220,6 +261,9 @@ __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *m
                 sinkhorn_block(w, hc, iters, eps);
             }
             if (tid < hc * hc) post[hc + tid] = w[tid];
+        } else if (r4) {
+            collapse_norm_row4(m, base, scale, eps, X + (size_t)t * hc * n, n, norm_eps, norm_w, h + (size_t)t * n, red4);
+            continue; /* nf_d_block_sum ended with a barrier: red4 is free for the next token */
         } else {
             if (tid < hc) w[tid] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[tid], scale[0]), base[tid])), eps);
             __syncthreads();
@@ -259,6 +303,13 @@ static int hc_sinkhorn_mode(void) {
     return mode;
 }
 
+/* NF_CUDA_NORM_ROW4=off: the norms' strided loops instead of a row held as float4s in registers (A/B; the same
+ * values; cuda_norm.cu reads it too) */
+int nf_cuda_norm_row4_enabled(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_NORM_ROW4", "off");
+}
+
 /* NF_CUDA_HC_NORM=off normalises in a separate launch (A/B; the same values) */
 static bool hc_norm_fused(void) {
     static int cache = -1;
@@ -295,8 +346,10 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
     if (norm && norm_threads >= (unsigned)(hc * hc) && norm_threads <= (unsigned)max_threads && row_bytes <= 48 * 1024 &&
         hc_norm_fused()) {
         const dim3 grid(2, T < 65535 ? T : 65535);
+        const int row4 = hc == 4 && n % 4 == 0 && (int64_t)n <= 4 * (int64_t)norm_threads && ((uintptr_t)X & 15) == 0 &&
+                         ((uintptr_t)out & 15) == 0 && ((uintptr_t)norm_w & 15) == 0 && nf_cuda_norm_row4_enabled();
         nf_launch(hc_mix_collapse_kernel, grid, norm_threads, row_bytes, c->stream, mm, base, scale, X, T, hc, n,
-                  hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, hc_sinkhorn_mode(), norm_w, hp->rms_eps);
+                  hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, hc_sinkhorn_mode(), norm_w, hp->rms_eps, row4);
         NF_LAUNCHED();
         return 0;
     }
@@ -305,7 +358,7 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
     const int collapse_blocks = (int)((n + HC_THREADS - 1) / HC_THREADS < 64 ? (n + HC_THREADS - 1) / HC_THREADS : 64);
     const dim3 grid(1 + collapse_blocks, T < 65535 ? T : 65535);
     nf_launch(hc_mix_collapse_kernel, grid, HC_THREADS, 0, c->stream, mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
-              hp->hc_eps, mix, h, hc_sinkhorn_mode(), (const float *)nullptr, 0.0f);
+              hp->hc_eps, mix, h, hc_sinkhorn_mode(), (const float *)nullptr, 0.0f, 0);
     NF_LAUNCHED();
     return norm ? nf_cuda_rmsnorm_rows(c, h, n, T, n, hp->rms_eps, norm_w, out, n) : 0;
 }

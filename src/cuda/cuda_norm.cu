@@ -7,8 +7,48 @@
 
 /* one block per row: out = w * (x * r), then times sigmoid(gate) when given (the KDA output gate, as
  * src/cpu/kda.c applies it after the norm) */
-__global__ void rmsnorm_kernel(const float *x, int64_t ldx, int64_t n, float eps, const float *w, const float *gate,
-                               int64_t ldg, float *out, int64_t ldo, int vec4) {
+/* row4: the row held in registers, thread i owning float4 i (rows of up to 4 x blockDim values: every norm of
+ * glm53's decode; 16-byte aligned x, w, gate, out and strides), x, w and gate in one round of loads; the same
+ * operations in the same order as the loops below (the sum of squares as nf_d_row_sumsq_part's vec4 path with one
+ * float4 per thread), so the same bits. Why: the loops below re-read x, w and gate after the reduction, one memory
+ * round trip per group of elements (~5.4 us per launch on the H200). */
+__device__ __forceinline__ void rmsnorm_row4(const float4 *x4, int64_t n, float eps, const float4 *w4, const float4 *g4,
+                                             float4 *o4, double *sh) {
+    const int i = threadIdx.x;
+    const bool own = i < n / 4;
+    const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 v = own ? x4[i] : z, wv = own && w4 ? w4[i] : z, g = own && g4 ? g4[i] : z;
+    double ss = 0.0;
+    ss += (double)v.x * (double)v.x;
+    ss += (double)v.y * (double)v.y;
+    ss += (double)v.z * (double)v.z;
+    ss += (double)v.w * (double)v.w;
+    const float r = nf_d_rms_inv(nf_d_block_sum(ss, sh), n, eps);
+    if (!own) return;
+    float e[4] = {v.x, v.y, v.z, v.w};
+    const float we[4] = {wv.x, wv.y, wv.z, wv.w}, ge[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        e[q] = __fmul_rn(e[q], r);
+        if (w4) e[q] = __fmul_rn(we[q], e[q]);
+        if (g4) e[q] = __fmul_rn(e[q], nf_d_sigmoid(ge[q]));
+    }
+    o4[i] = make_float4(e[0], e[1], e[2], e[3]);
+}
+
+/* __launch_bounds__(1024): a 4096-wide row runs on 1024 threads (nf_cuda_row_threads), which allows <= 64 registers
+ * per thread */
+__global__ void __launch_bounds__(1024) rmsnorm_kernel(const float *x, int64_t ldx, int64_t n, float eps,
+                                                      const float *w, const float *gate, int64_t ldg, float *out,
+                                                      int64_t ldo, int vec4, int row4) {
+    if (row4) {
+        NF_PDL_ENTER();
+        __shared__ double sh4[32];
+        rmsnorm_row4((const float4 *)(x + (size_t)blockIdx.x * ldx), n, eps, (const float4 *)w,
+                     gate ? (const float4 *)(gate + (size_t)blockIdx.x * ldg) : nullptr,
+                     (float4 *)(out + (size_t)blockIdx.x * ldo), sh4);
+        return;
+    }
     NF_PDL_ENTER();
     __shared__ double sh[32];
     const float *xr = x + (size_t)blockIdx.x * ldx;
@@ -28,7 +68,10 @@ int nf_cuda_rmsnorm_gated_rows(nf_cuda *c, const float *x, int64_t ldx, int rows
                                const float *w, const float *gate, int64_t ldg, float *out, int64_t ldo) {
     if (rows <= 0) return 0;
     const int vec4 = n % 4 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0;
-    nf_launch(rmsnorm_kernel, rows, nf_cuda_row_threads(n), 0, c->stream, x, ldx, n, eps, w, gate, ldg, out, ldo, vec4);
+    const unsigned threads = nf_cuda_row_threads(n);
+    const int row4 = vec4 && n <= 4 * (int64_t)threads && ((uintptr_t)w & 15) == 0 && ((uintptr_t)gate & 15) == 0 &&
+                     ldg % 4 == 0 && ((uintptr_t)out & 15) == 0 && ldo % 4 == 0 && nf_cuda_norm_row4_enabled();
+    nf_launch(rmsnorm_kernel, rows, threads, 0, c->stream, x, ldx, n, eps, w, gate, ldg, out, ldo, vec4, row4);
     NF_LAUNCHED();
     return 0;
 }
