@@ -20,6 +20,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=${BUILD:-$root/build}/cuemu
 mkdir -p "$out/gen"
+rm -f "$out"/gen/*.cpp # a source deleted since the last build must not be compiled from its stale copy
 python3 - "$root" "$out" <<'PY'
 import glob, os, re, sys
 root, out = sys.argv[1], sys.argv[2]
