@@ -1,14 +1,15 @@
 /* cuda_hc.cu — manifold-constrained hyper-connections on the GPU: hc_pre (RMSNorm of the flattened streams,
  * the mixing projection, pre/post weights and the Sinkhorn-projected combination matrix, the collapse of the
  * streams) and hc_post (expand the block output and mix the streams). Same operations and orders as
- * src/cpu/hc.c; the Sinkhorn iterations of one token (hc x hc) run in registers of one warp when hc * hc <= 32
- * (else on hc * hc threads of one block), in the same launch as the collapse. hc_pre_norm also applies the
- * sub-layer's RMSNorm to the collapsed row in that launch (one kernel less per site, bit-identical). */
+ * src/cpu/hc.c; the Sinkhorn iterations of one token (hc x hc) run in one thread's registers when hc = 4 (else
+ * in registers of one warp when hc * hc <= 32, else on hc * hc threads of one block), in the same launch as the
+ * collapse. hc_pre_norm also applies the sub-layer's RMSNorm to the collapsed row in that launch (one kernel less
+ * per site, bit-identical), the row held as float4s in registers for hc = 4 (collapse_norm_row4). */
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_launch.h"
 
 #define HC_MAX 16
-enum { HC_SINKHORN_BLOCK, HC_SINKHORN_WARP, HC_SINKHORN_WARP_FASTDIV, HC_SINKHORN_REGS };
+enum { HC_SINKHORN_BLOCK, HC_SINKHORN_WARP, HC_SINKHORN_REGS };
 
 /* The Sinkhorn projection of one token's combination matrix comb[hc][hc] (shared memory) by its first hc * hc
  * threads, thread i * hc + j owning element (i, j); every thread of the block calls it (it synchronises). Each
@@ -74,7 +75,7 @@ __device__ __forceinline__ float div_by(float x, float d, float r) {
  * (the block version's barriers were most of hc_pre's ~12 us). Called by the 32 lanes of one warp. HC > 0: hc
  * known at compile time (glm53: 4), the sums unrolled so that a pass's shuffles issue back to back instead of one
  * shuffle-add round trip per element (the same additions in the same order); HC = 0: any hc. */
-template <int HC, bool FASTDIV = false>
+template <int HC>
 __device__ void sinkhorn_warp(float *comb, int hc_rt, int iters, float eps) {
     const int hc = HC > 0 ? HC : hc_rt;
     constexpr int QMAX = HC > 0 ? HC : HC_MAX;
@@ -106,17 +107,18 @@ __device__ void sinkhorn_warp(float *comb, int hc_rt, int iters, float eps) {
 #pragma unroll
             for (int q = 0; q < QMAX; q++)
                 if (HC > 0 || q < hc) s = __fadd_rn(s, t[q]);
-            if (own) {
-                const float d = __fadd_rn(s, eps);
-                v = FASTDIV ? div_by(v, d, rcp_nr(d)) : __fdiv_rn(v, d);
-            }
+            if (own) v = __fdiv_rn(v, __fadd_rn(s, eps));
         }
     }
     if (own) comb[lane] = v;
 }
 
 /* The same projection by one thread with the hc x hc matrix in registers (HC known at compile time; glm53: 4): no
- * shuffles, no barriers, one reciprocal per row or column sum and independent FMAs for its elements (div_by). */
+ * shuffles, no barriers, one reciprocal per row or column sum and independent FMAs for its elements (div_by). Why:
+ * once the collapse + norm beside it got faster (collapse_norm_row4), the warp version's chain of 39 shuffle round
+ * trips and IEEE divisions was hc_pre's critical path; in interleaved runs this one decoded 1.2% faster by the
+ * medians (3 pairs, 2 of them faster; docs/benchmarks.md), with byte-identical step dumps. (A first version with
+ * __frcp_rn per sum was 3.8 us per site slower than the warp's: that reciprocal's branchy sequence.) */
 template <int HC>
 __device__ void sinkhorn_regs(float *comb, int iters, float eps) {
     float m[HC][HC];
@@ -226,7 +228,7 @@ __device__ void collapse_norm_row4(const float *m, const float *base, const floa
  *  block x = 0: post weights and the Sinkhorn-projected combination matrix into mix[t][hc + hc*hc];
  *  blocks x >= 1: the collapse h[t][i] = sum_k pre[k] X[t][k][i] (pre recomputed per block: hc sigmoids);
  *  with norm_w, block 1 alone: the collapse and its RMSNorm (collapse_norm_row), h then holding RMSNorm(h) * norm_w.
- * One launch, the parts running side by side (the Sinkhorn block is the longest, so the norm costs no time). */
+ * One launch, the parts running side by side (the Sinkhorn block and the collapse + norm take similar times). */
 /* __launch_bounds__(1024): the fused norm runs on nf_cuda_row_threads(n) threads (1024 at n_embd 4096, as
  * rmsnorm_kernel, for the same sums), which needs <= 64 registers per thread (without the bound: 96, and the launch
  * failed with "too many resources requested" on the H200) */
@@ -252,8 +254,7 @@ __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *m
                 __syncthreads();
             } else if (hc * hc <= 32 && sinkhorn_mode != HC_SINKHORN_BLOCK) {
                 if (tid < 32) {
-                    if (hc == 4 && sinkhorn_mode == HC_SINKHORN_WARP_FASTDIV) sinkhorn_warp<4, true>(w, hc, iters, eps);
-                    else if (hc == 4) sinkhorn_warp<4>(w, hc, iters, eps);
+                    if (hc == 4) sinkhorn_warp<4>(w, hc, iters, eps);
                     else sinkhorn_warp<0>(w, hc, iters, eps);
                 }
                 __syncthreads();
@@ -288,17 +289,13 @@ static unsigned blocks_for(int64_t n) {
     return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
-/* NF_CUDA_HC_SINKHORN=block|warp|warpdiv|regs: the block-wide projection, the warp's (default), the warp's with
- * div_by instead of __fdiv_rn, one thread's registers (A/B; the same values) */
+/* NF_CUDA_HC_SINKHORN=warp|block: the one-warp or the block-wide projection instead of one thread's registers (the
+ * default for hc = 4); A/B, the same values */
 static int hc_sinkhorn_mode(void) {
     static int mode = -1;
     if (mode < 0) {
         const char *e = getenv("NF_CUDA_HC_SINKHORN");
-        mode = !e                        ? HC_SINKHORN_WARP
-               : !strcmp(e, "block")     ? HC_SINKHORN_BLOCK
-               : !strcmp(e, "warpdiv")   ? HC_SINKHORN_WARP_FASTDIV
-               : !strcmp(e, "regs")      ? HC_SINKHORN_REGS
-                                         : HC_SINKHORN_WARP;
+        mode = e && !strcmp(e, "block") ? HC_SINKHORN_BLOCK : e && !strcmp(e, "warp") ? HC_SINKHORN_WARP : HC_SINKHORN_REGS;
     }
     return mode;
 }
