@@ -643,6 +643,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
     /* the activation row through shared memory (see xsrc), in the last stage (extended past the ring's end when
      * the row is longer than a stage: see ring_bytes): the loop below fills that stage first */
     const bool stage_x = unit<TY>::XSHIFT >= 0 && p.stage_x;
+    constexpr int XS = unit<TY>::XSHIFT >= 0 ? unit<TY>::XSHIFT : 0; /* the swizzle's shift (float formats never stage) */
     if (stage_x) {
         float4 *dst = (float4 *)(stage + (size_t)(nst - 1) * p.stage_bytes);
         const float4 *src = (const float4 *)xs.g;
@@ -650,12 +651,12 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
             const float4 *up = (const float4 *)(p.xup + xoff);
             for (int c = tid; c < p.xchunks; c += nthreads) {
                 const float4 a = src[c], b = up[c];
-                dst[c ^ ((c >> unit<TY>::XSHIFT) & 7)] =
+                dst[c ^ ((c >> XS) & 7)] =
                     make_float4(nf_d_swiglu(a.x, b.x, p.act_limit), nf_d_swiglu(a.y, b.y, p.act_limit),
                                 nf_d_swiglu(a.z, b.z, p.act_limit), nf_d_swiglu(a.w, b.w, p.act_limit));
             }
         } else {
-            for (int c = tid; c < p.xchunks; c += nthreads) dst[c ^ ((c >> unit<TY>::XSHIFT) & 7)] = src[c];
+            for (int c = tid; c < p.xchunks; c += nthreads) dst[c ^ ((c >> XS) & 7)] = src[c];
         }
         xs.s = dst;
         __syncthreads();

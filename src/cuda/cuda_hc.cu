@@ -213,12 +213,7 @@ __device__ void collapse_norm_row4(const float *m, const float *base, const floa
         h.z = __fadd_rn(h.z, __fmul_rn(pre[k], v[k].z));
         h.w = __fadd_rn(h.w, __fmul_rn(pre[k], v[k].w));
     }
-    double ss = 0.0;
-    ss += (double)h.x * (double)h.x;
-    ss += (double)h.y * (double)h.y;
-    ss += (double)h.z * (double)h.z;
-    ss += (double)h.w * (double)h.w;
-    const float r = nf_d_rms_inv(nf_d_block_sum(ss, red), n, eps);
+    const float r = nf_d_rms_inv(nf_d_block_sum(nf_d_sumsq_add4(0.0, h), red), n, eps);
     if (own)
         ((float4 *)out)[i] = make_float4(__fmul_rn(nw.x, __fmul_rn(h.x, r)), __fmul_rn(nw.y, __fmul_rn(h.y, r)),
                                          __fmul_rn(nw.z, __fmul_rn(h.z, r)), __fmul_rn(nw.w, __fmul_rn(h.w, r)));

@@ -18,12 +18,7 @@ __device__ __forceinline__ void rmsnorm_row4(const float4 *x4, int64_t n, float 
     const bool own = i < n / 4;
     const float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const float4 v = own ? x4[i] : z, wv = own && w4 ? w4[i] : z, g = own && g4 ? g4[i] : z;
-    double ss = 0.0;
-    ss += (double)v.x * (double)v.x;
-    ss += (double)v.y * (double)v.y;
-    ss += (double)v.z * (double)v.z;
-    ss += (double)v.w * (double)v.w;
-    const float r = nf_d_rms_inv(nf_d_block_sum(ss, sh), n, eps);
+    const float r = nf_d_rms_inv(nf_d_block_sum(nf_d_sumsq_add4(0.0, v), sh), n, eps);
     if (!own) return;
     float e[4] = {v.x, v.y, v.z, v.w};
     const float we[4] = {wv.x, wv.y, wv.z, wv.w}, ge[4] = {g.x, g.y, g.z, g.w};

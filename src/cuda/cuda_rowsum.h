@@ -52,6 +52,16 @@ static inline unsigned nf_cuda_row_threads(int64_t n) {
     return (unsigned)(t < 32 ? 32 : t > 1024 ? 1024 : t);
 }
 
+/* ss + v.x^2 + v.y^2 + v.z^2 + v.w^2 in double, in that order: one float4 of nf_d_row_sumsq_part's vec4 path, which
+ * the norms that hold their row in registers (cuda_norm.cu, cuda_hc.cu) share so that their sums are its bits */
+__device__ __forceinline__ double nf_d_sumsq_add4(double ss, float4 v) {
+    ss += (double)v.x * (double)v.x;
+    ss += (double)v.y * (double)v.y;
+    ss += (double)v.z * (double)v.z;
+    ss += (double)v.w * (double)v.w;
+    return ss;
+}
+
 /* this thread's part of the row's sum of squares, in double (the block adds the parts: nf_d_block_sum); four
  * loads are issued before their adds. vec4: the row start is 16-byte aligned and n % 4 == 0. Every RMSNorm of
  * the backend (rmsnorm_kernel, the fused hc collapse + norm) sums this way, so with the same blockDim a row gives
@@ -67,12 +77,7 @@ __device__ __forceinline__ double nf_d_row_sumsq_part(const float *xr, int64_t n
 #pragma unroll
             for (int u = 0; u < 4; u++) v[u] = b + u * bd < n4 ? x4[b + u * bd] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                ss += (double)v[u].x * (double)v[u].x;
-                ss += (double)v[u].y * (double)v[u].y;
-                ss += (double)v[u].z * (double)v[u].z;
-                ss += (double)v[u].w * (double)v[u].w;
-            }
+            for (int u = 0; u < 4; u++) ss = nf_d_sumsq_add4(ss, v[u]);
         }
     } else {
         for (int64_t b = threadIdx.x; b < n; b += 4 * bd) {
