@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "app/backend_arg.h"
 #include "app/spec_args.h"
 #include "engine/session.h"
 #include "server/disk_cache.h"
@@ -34,6 +35,8 @@ static void usage(void) {
             "  --progress-log S       log a long prefill's progress to stderr every S seconds (default 5; 0: every\n"
             "                         chunk; off)\n"
             "  --threads N            CPU threads (default: all)\n"
+            "  --backend B            cpu (default) or cuda (GPU builds only: make cuda, build/cuda/nf-server)\n"
+            "  --prefill-chunk N      tokens per forward call while prefilling (default 256)\n"
             "  --model-id NAME        the id clients see (default: the model file name without .gguf)\n"
             "  --strict-models        refuse requests naming another model (default: any name is accepted)\n"
             "  --max-tokens N         default output budget when a request gives none\n"
@@ -90,6 +93,22 @@ int main(int argc, char **argv) {
             }
         }
         else if (!strcmp(a, "--threads") && more) sess.n_threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--backend") && more) {
+            if (nf_backend_arg(argv[++i], "nf-server", &sess.backend) < 0) {
+                fprintf(stderr, "nf-server: error: %s\n", nf_error());
+                return 2;
+            }
+        }
+        else if (!strcmp(a, "--prefill-chunk") && more) {
+            const char *v = argv[++i];
+            char *end;
+            const long c = strtol(v, &end, 10);
+            if (end == v || *end || c < 1 || c > 65536) {
+                fprintf(stderr, "nf-server: --prefill-chunk: expected 1..65536 tokens, got '%s'\n", v);
+                return 2;
+            }
+            sess.prefill_chunk = (int)c;
+        }
         else if (!strcmp(a, "--progress-log") && more) {
             const char *v = argv[++i];
             char *end;

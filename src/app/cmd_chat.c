@@ -26,10 +26,8 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "app/backend_arg.h"
 #include "app/commands.h"
-#ifdef NF_CUDA
-#include "cuda/backend_cuda.h"
-#endif
 #include "engine/session.h"
 #include "app/spec_args.h"
 #include "engine/spec.h"
@@ -70,7 +68,9 @@ static void install_sigint(void) {
 /* ---- options --------------------------------------------------------------------------------------------- */
 
 typedef struct {
-    const char *model, *tokenizer, *prompt, *prompt_file, *system, *effort, *backend;
+    const char *model, *tokenizer, *prompt, *prompt_file, *system, *effort;
+    nf_backend_factory backend; /* --backend (NULL: cpu) */
+    int prefill_chunk;          /* --prefill-chunk (0: the session's default) */
     bool think, raw, ignore_stop;
     int64_t max_tokens;
     int threads;
@@ -106,6 +106,7 @@ static void usage(FILE *f, bool chat) {
                "      --ignore-stop     do not stop at stop tokens (benchmarks; -n still applies)\n"
                "  -t, --threads N       CPU threads (default: NF_THREADS or all cores)\n"
                "      --backend B       cpu (default) or cuda (GPU builds only: make cuda, build/cuda/nf)\n"
+               "      --prefill-chunk N tokens per forward call while prefilling (default 256)\n"
                "  -c, --ctx N           context size in tokens (default: min(model context, 4096); <= the model's)\n"
                "      --progress S      prefill progress on stderr every S seconds of a long prefill (default 2;\n"
                "                        0: every chunk; off)\n",
@@ -135,18 +136,20 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
         else if (OPT(NULL, "--tokenizer")) { NEED(); o->tokenizer = v; }
         else if (OPT(NULL, "--backend")) {
             NEED();
-            if (strcmp(v, "cpu") && strcmp(v, "cuda")) {
-                fprintf(stderr, "%s: --backend: expected cpu or cuda, got '%s'\n", nf_progname, v);
+            if (nf_backend_arg(v, "nf", &o->backend) < 0) {
+                fprintf(stderr, "%s: error: %s\n", nf_progname, nf_error());
                 return 2;
             }
-#ifndef NF_CUDA
-            if (!strcmp(v, "cuda")) {
-                fprintf(stderr, "%s: error: this build has no CUDA backend; build with `make cuda` and use "
-                                "build/cuda/nf\n", nf_progname);
+        }
+        else if (OPT(NULL, "--prefill-chunk")) {
+            NEED();
+            char *end;
+            const long c = strtol(v, &end, 10);
+            if (end == v || *end || c < 1 || c > 65536) {
+                fprintf(stderr, "%s: --prefill-chunk: expected 1..65536 tokens, got '%s'\n", nf_progname, v);
                 return 2;
             }
-#endif
-            o->backend = v;
+            o->prefill_chunk = (int)c;
         }
         else if (!chat && OPT("-p", "--prompt")) { NEED(); o->prompt = v; }
         else if (!chat && OPT("-f", "--file")) { NEED(); o->prompt_file = v; }
@@ -230,13 +233,6 @@ static const char *resolve_model(const char *given, char *buf, size_t cap) {
     return NULL;
 }
 
-#ifdef NF_CUDA
-static nf_backend *cuda_factory(const nf_model *m, int n_threads) {
-    (void)n_threads;
-    return nf_backend_cuda_create(m, 0);
-}
-#endif
-
 /* a long prefill says where it is (nf_session_set_progress; short ones finish before the first report) */
 static void print_progress(void *user, int64_t done, int64_t total, double seconds) {
     (void)user;
@@ -254,9 +250,8 @@ static nf_session *open_session(const cli_opts *o) {
     so.n_ctx = o->ctx;
     so.tokenizer = o->tokenizer;
     so.sampler = o->sp;
-#ifdef NF_CUDA
-    if (o->backend && !strcmp(o->backend, "cuda")) so.backend = cuda_factory;
-#endif
+    so.backend = o->backend;
+    so.prefill_chunk = o->prefill_chunk;
     nf_session *s = nf_session_create(path, &so);
     if (!s) return NULL;
     nf_session_set_progress(s, print_progress, NULL, o->progress);

@@ -233,3 +233,28 @@ def test_invalid_utf8_input_is_accepted(model, tmp_path):
     r = nf("chat", "-m", model, "-n", "3", "-t", "1", input=b"caf\xe9\n/ctx\n")
     assert r.returncode == 0, r.stderr
     assert "2 messages" in r.stdout.decode()
+
+
+def test_prefill_chunk_sets_the_forward_calls(model):
+    """--prefill-chunk N: the prefill runs in calls of N tokens (the per-chunk progress lines say where each ends),
+    and the greedy text is the same as with the default chunk"""
+    prompt = "the quick brown fox jumps over the lazy dog " * 3
+    base = nf("run", "-m", model, "-p", prompt, "-n", "8", "--temp", "0", "--progress", "0")
+    assert base.returncode == 0, base.stderr
+    r = nf("run", "-m", model, "-p", prompt, "-n", "8", "--temp", "0", "--progress", "0", "--prefill-chunk", "7")
+    assert r.returncode == 0, r.stderr
+    done = [int(m) for m in re.findall(rb"prefill (\d+)/\d+ tokens", r.stderr)]
+    total = int(re.search(rb"prefill \d+/(\d+) tokens", r.stderr).group(1))
+    assert total > 14 and done == list(range(7, total, 7)) + [total], r.stderr
+    assert re.findall(rb"prefill (\d+)/\d+ tokens", base.stderr) == [str(total).encode()], base.stderr
+    assert r.stdout == base.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--prefill-chunk", "0"], b"--prefill-chunk: expected 1..65536 tokens, got '0'"),
+    (["--prefill-chunk", "12x"], b"--prefill-chunk: expected 1..65536 tokens, got '12x'"),
+    (["--backend", "gpu"], b"--backend: expected cpu or cuda, got 'gpu'"),
+])
+def test_bad_session_options_refused(model, args, needle):
+    r = nf("run", "-m", model, "-p", "hi", "-n", "1", *args)
+    assert r.returncode == 2 and needle in r.stderr, r.stderr

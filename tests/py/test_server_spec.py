@@ -70,3 +70,17 @@ def test_bad_spec_options_refused(args, needle):
                        text=True, timeout=60)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert needle in p.stderr and "listening" not in p.stdout, p.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--prefill-chunk", "0"], "--prefill-chunk: expected 1..65536 tokens, got '0'"),
+    (["--prefill-chunk", "70000"], "--prefill-chunk: expected 1..65536 tokens, got '70000'"),
+    (["--backend", "gpu"], "--backend: expected cpu or cuda, got 'gpu'"),
+] + ([] if "cuda" in BUILD else [(["--backend", "cuda"], "no CUDA backend; build with `make cuda` and use "
+                                                         "build/cuda/nf-server")]))
+def test_bad_session_options_refused(args, needle):
+    """nf-server's --backend and --prefill-chunk (app/backend_arg.c, session.h) refuse bad values before loading"""
+    p = subprocess.run([f"{BUILD}/nf-server", "-m", model_path(), "--port", "0", *args], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert needle in p.stderr and "listening" not in p.stdout, p.stderr
