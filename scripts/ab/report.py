@@ -354,7 +354,7 @@ class Run:
 
 
 POOL_KEYS = (("prompt", "sha256"), ("weights", "name"), ("weights", "bytes"), ("sweep", None), ("gpu", "name"),
-             ("bench_args", None), ("arm_args", None))
+             ("bench_args", None), ("arm_args", None), ("arm_env", None))
 
 
 def _pool_key(man, key, sub):
@@ -514,7 +514,7 @@ def analyse(run_dirs, aa_dirs=(), a=None, b=None, decode_col=DEFAULT_DECODE, all
             warnings.append("%s was given as A/A but its manifest says mode %r" % (r.path, r.mode))
         if m_main is not None and r.manifest is not None:
             for key, sub in POOL_KEYS:
-                if key not in ("bench_args", "arm_args") and _pool_key(r.manifest, key, sub) != _pool_key(m_main, key, sub):
+                if key not in ("bench_args", "arm_args", "arm_env") and _pool_key(r.manifest, key, sub) != _pool_key(m_main, key, sub):
                     warnings.append("A/A run %s differs from the A/B runs in %s%s: its floor may not apply"
                                     % (r.path, key, "." + sub if sub else ""))
     for name, col, cold_apart in metrics:

@@ -33,6 +33,9 @@ options:
   --arm-args L=ARGS   bench options for arm L only, split on blanks (e.g. two arms of one commit that differ in
                       '--draft lookup'; two arms may then name the same arm directory); recorded in the manifest,
                       and runs with other arm args are not pooled
+  --arm-env L=ENV     environment assignments for arm L's bench only, VAR=VALUE words split on blanks (e.g. two
+                      arms of one build that differ in a kernel switch, 'NF_CUDA_NORM_ROW4=off'); recorded in the
+                      manifest like --arm-args and allowed without --record-env (they are the comparison)
 A relative --prompt is resolved inside arm A's tree (a branch cannot change the input); it is copied into the run.
 EOF
 }
@@ -41,12 +44,18 @@ arms=() aa="" prompt="" weights="" out="" tarf="" record_env=0 allow_busy=0
 ctx_start=2048 ctx_max=16384 step_incr=2048 step_mul=1 gen=128 reps=4 runs=3 budget=""
 extra=()
 declare -A arm_args=()
+declare -A arm_env=()
 need() { [ $# -ge 2 ] || ab_refuse "$1 needs a value"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --arm) need "$@"; arms+=("$2"); shift 2 ;;
     --arm-args) need "$@"; [[ $2 == *=* ]] || ab_refuse "--arm-args wants LABEL=ARGS, got '$2'"
       arm_args[${2%%=*}]=${2#*=}; shift 2 ;;
+    --arm-env) need "$@"; [[ $2 == *=*=* ]] || ab_refuse "--arm-env wants LABEL=VAR=VALUE ..., got '$2'"
+      for w in ${2#*=}; do
+        [[ $w =~ ^[A-Za-z_][A-Za-z0-9_]*=.*$ ]] || ab_refuse "--arm-env ${2%%=*}: '$w' is not VAR=VALUE"
+      done
+      arm_env[${2%%=*}]=${2#*=}; shift 2 ;;
     --aa) need "$@"; aa=$2; shift 2 ;;
     --prompt) need "$@"; prompt=$2; shift 2 ;;
     --weights) need "$@"; weights=$2; shift 2 ;;
@@ -100,8 +109,9 @@ for ((i = 0; i < n; i++)); do
     # one build under two labels is an A/B only when the arms differ in their bench options (serial against
     # --draft lookup): the binary, tree and inputs are then identical by construction
     if [ $mode = ab ] && [ "$(cd "${dirs[i]}" 2>/dev/null && pwd -P)" = "$(cd "${dirs[j]}" 2>/dev/null && pwd -P)" ] &&
-       [ "${arm_args[${labels[i]}]:-}" = "${arm_args[${labels[j]}]:-}" ]; then
-      ab_refuse "arms ${labels[j]} and ${labels[i]} are the same directory with the same --arm-args: that is an A/A run (--aa)"
+       [ "${arm_args[${labels[i]}]:-}" = "${arm_args[${labels[j]}]:-}" ] &&
+       [ "${arm_env[${labels[i]}]:-}" = "${arm_env[${labels[j]}]:-}" ]; then
+      ab_refuse "arms ${labels[j]} and ${labels[i]} are the same directory with the same --arm-args and --arm-env: that is an A/A run (--aa)"
     fi
   done
 done
@@ -110,6 +120,12 @@ for l in "${!arm_args[@]}"; do
   for x in "${labels[@]}"; do [ "$x" = "$l" ] && found=1; done
   [ $found = 1 ] || ab_refuse "--arm-args names '$l', which is not an arm label"
   [ $mode = ab ] || ab_refuse "--arm-args is for A/B runs (an A/A run compares one configuration with itself)"
+done
+for l in "${!arm_env[@]}"; do
+  found=0
+  for x in "${labels[@]}"; do [ "$x" = "$l" ] && found=1; done
+  [ $found = 1 ] || ab_refuse "--arm-env names '$l', which is not an arm label"
+  [ $mode = ab ] || ab_refuse "--arm-env is for A/B runs (an A/A run compares one configuration with itself)"
 done
 (( reps % n == 0 )) || ab_refuse "--reps $reps is not a multiple of the $n arms: the arm order would not balance"
 trees=() benches=()
@@ -210,6 +226,14 @@ write_manifest() { # rundir status started finished
       printf '%s: %s' "$(ab_jstr "$l")" "$(json_list ${arm_args[$l]})"
     done
     printf '},\n'
+    printf ' "arm_env": {'
+    first=1
+    for l in "${!arm_env[@]}"; do
+      [ $first = 1 ] || printf ', '
+      first=0
+      printf '%s: %s' "$(ab_jstr "$l")" "$(json_list ${arm_env[$l]})"
+    done
+    printf '},\n'
     printf ' "env": %s,\n' "$(ab_jstr "$envs")"
     printf ' "gpu": {"name": %s}\n}\n' "$(ab_jstr "$(ab_gpu_name)")"
   } >"$rd/manifest.json.tmp" && mv "$rd/manifest.json.tmp" "$rd/manifest.json"
@@ -266,7 +290,8 @@ for ((run = 1; run <= runs; run++)); do
       if [ -n "${arm_args[$lab]:-}" ]; then args+=(${arm_args[$lab]}); fi
       echo "$NF_AB_PROG: run $run rep $rep position $((pos + 1)): $lab" >&2
       t0=$(date +%s.%N)
-      ( cd "${trees[i]}" && exec "${benches[i]}" "${args[@]}" ) >"$log" 2>&1 </dev/null &
+      # shellcheck disable=SC2086  # --arm-env assignments are split on blanks, as documented
+      ( cd "${trees[i]}" && exec env ${arm_env[$lab]:-} "${benches[i]}" "${args[@]}" ) >"$log" 2>&1 </dev/null &
       child=$!
       wait "$child"
       rc=$?

@@ -365,6 +365,31 @@ def test_arm_args_go_to_one_arm_and_into_the_manifest(tmp_path, arms):
     assert p.returncode == 2
 
 
+def test_arm_env_goes_to_one_arm_and_into_the_manifest(tmp_path, arms):
+    """--arm-env: one build under two labels that differ in an engine switch (the environment of that arm's bench
+    only), recorded in the manifest; the same refusals as --arm-args"""
+    a, b = arms
+    out = tmp_path / "out"
+    p = S.nfab(tmp_path, "run", "--arm", "off=" + a, "--arm", "on=" + a, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", out, "--arm-env", "on=NF_AB_TEST_SWITCH=1", *SWEEP)
+    assert p.returncode == 0, p.stderr
+    m = json.load(open(out / "manifest.json"))
+    assert m["arm_env"] == {"on": ["NF_AB_TEST_SWITCH=1"]} and m["arm_args"] == {}
+    envs = open(os.path.join(a, "tree", "env.log")).read().splitlines()
+    order = [ln.split()[2] for ln in open(out / "run-order.txt").read().splitlines()]
+    assert envs == ["NF_AB_TEST_SWITCH=1" if lab == "on" else "NF_AB_TEST_SWITCH=unset" for lab in order]
+    p = S.nfab(tmp_path, "run", "--arm", "off=" + a, "--arm", "on=" + a, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", tmp_path / "o1", "--arm-env", "on=NF_AB_TEST_SWITCH=1", "--arm-env", "off=NF_AB_TEST_SWITCH=1",
+               *SWEEP)
+    assert p.returncode == 2 and "same --arm-args and --arm-env" in p.stderr
+    p = S.nfab(tmp_path, "run", "--arm", "off=" + a, "--arm", "on=" + a, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", tmp_path / "o2", "--arm-env", "on=NF_AB_TEST_SWITCH=1 notanassignment", *SWEEP)
+    assert p.returncode == 2 and "'notanassignment' is not VAR=VALUE" in p.stderr
+    p = S.nfab(tmp_path, "run", "--arm", "main=" + a, "--arm", "pr=" + b, "--prompt", "prompt.txt", "--reps", 2,
+               "--out", tmp_path / "o3", "--arm-env", "nope=X=1", *SWEEP)
+    assert p.returncode == 2 and "--arm-env names 'nope'" in p.stderr
+
+
 def test_default_is_three_runs_and_time_budget_stops_early(tmp_path):
     a = S.make_arm(tmp_path / "arms", "main")
     b = S.make_arm(tmp_path / "arms", "pr", SLEEP=0.4)
