@@ -115,18 +115,18 @@ for ((i = 0; i < n; i++)); do
     fi
   done
 done
-for l in "${!arm_args[@]}"; do
-  found=0
-  for x in "${labels[@]}"; do [ "$x" = "$l" ] && found=1; done
-  [ $found = 1 ] || ab_refuse "--arm-args names '$l', which is not an arm label"
-  [ $mode = ab ] || ab_refuse "--arm-args is for A/B runs (an A/A run compares one configuration with itself)"
-done
-for l in "${!arm_env[@]}"; do
-  found=0
-  for x in "${labels[@]}"; do [ "$x" = "$l" ] && found=1; done
-  [ $found = 1 ] || ab_refuse "--arm-env names '$l', which is not an arm label"
-  [ $mode = ab ] || ab_refuse "--arm-env is for A/B runs (an A/A run compares one configuration with itself)"
-done
+check_per_arm() { # option label...: every label given to a per-arm option names an arm of an A/B run
+  local opt=$1 l x found
+  shift
+  for l in "$@"; do
+    found=0
+    for x in "${labels[@]}"; do [ "$x" = "$l" ] && found=1; done
+    [ $found = 1 ] || ab_refuse "$opt names '$l', which is not an arm label"
+    [ $mode = ab ] || ab_refuse "$opt is for A/B runs (an A/A run compares one configuration with itself)"
+  done
+}
+check_per_arm --arm-args "${!arm_args[@]}"
+check_per_arm --arm-env "${!arm_env[@]}"
 (( reps % n == 0 )) || ab_refuse "--reps $reps is not a multiple of the $n arms: the arm order would not balance"
 trees=() benches=()
 for ((i = 0; i < n; i++)); do
@@ -191,6 +191,18 @@ on_signal() {
 }
 trap on_signal INT TERM
 
+# shellcheck disable=SC2086  # a per-arm value is its words, split on blanks (as the bench gets them)
+json_arm_map() { # name of an associative array label -> words: {"label": ["w1", ...], ...}
+  local -n map=$1
+  local first=1 l
+  printf '{'
+  for l in "${!map[@]}"; do
+    [ $first = 1 ] || printf ', '
+    first=0
+    printf '%s: %s' "$(ab_jstr "$l")" "$(json_list ${map[$l]})"
+  done
+  printf '}'
+}
 json_list() { local first=1 x; printf '['; for x in "$@"; do [ $first = 1 ] || printf ','; first=0; ab_jstr "$x"; done; printf ']'; }
 
 write_manifest() { # rundir status started finished
@@ -218,22 +230,8 @@ write_manifest() { # rundir status started finished
     printf ' "sweep": {"ctx_start": %s, "ctx_max": %s, "step_incr": %s, "step_mul": %s, "gen": %s, "frontiers": [%s]},\n' \
       "$ctx_start" "$ctx_max" "$step_incr" "$step_mul" "$gen" "$(echo $frontiers | tr ' ' ',')"
     printf ' "reps": %s, "runs": %s, "bench_args": %s,\n' "$reps" "$runs" "$(json_list ${extra[@]+"${extra[@]}"})"
-    printf ' "arm_args": {'
-    local first=1 l
-    for l in "${!arm_args[@]}"; do
-      [ $first = 1 ] || printf ', '
-      first=0
-      printf '%s: %s' "$(ab_jstr "$l")" "$(json_list ${arm_args[$l]})"
-    done
-    printf '},\n'
-    printf ' "arm_env": {'
-    first=1
-    for l in "${!arm_env[@]}"; do
-      [ $first = 1 ] || printf ', '
-      first=0
-      printf '%s: %s' "$(ab_jstr "$l")" "$(json_list ${arm_env[$l]})"
-    done
-    printf '},\n'
+    printf ' "arm_args": %s,\n' "$(json_arm_map arm_args)"
+    printf ' "arm_env": %s,\n' "$(json_arm_map arm_env)"
     printf ' "env": %s,\n' "$(ab_jstr "$envs")"
     printf ' "gpu": {"name": %s}\n}\n' "$(ab_jstr "$(ab_gpu_name)")"
   } >"$rd/manifest.json.tmp" && mv "$rd/manifest.json.tmp" "$rd/manifest.json"
