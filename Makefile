@@ -62,8 +62,10 @@ $(BUILD)/nf-ab: scripts/nf-ab
 	@mkdir -p $(@D)
 	ln -sf $(abspath scripts/nf-ab) $@
 
+# the archive is made anew: `ar r` into an old one would keep the member of a source deleted or renamed since
 $(BUILD)/libnf.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
+	rm -f $@
 	$(AR) rcs $@ $^
 
 # The shared library lets the Python cross-checks call our C code directly through ctypes.
@@ -118,6 +120,7 @@ $(BUILD)/cuda/%.o: %.cu
 	$(NVCC) $(NVFLAGS) -c $< -o $@
 
 $(BUILD)/cuda/libnf.a: $(CUDA_LIB_OBJ) $(CU_OBJ)
+	rm -f $@
 	$(AR) rcs $@ $^
 
 $(BUILD)/cuda/%: $(BUILD)/cuda/tools/%.o $(BUILD)/cuda/libnf.a
