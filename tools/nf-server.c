@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "app/backend_arg.h"
+#include "app/session_args.h"
 #include "app/spec_args.h"
 #include "engine/session.h"
 #include "server/disk_cache.h"
@@ -100,14 +100,10 @@ int main(int argc, char **argv) {
             }
         }
         else if (!strcmp(a, "--prefill-chunk") && more) {
-            const char *v = argv[++i];
-            char *end;
-            const long c = strtol(v, &end, 10);
-            if (end == v || *end || c < 1 || c > 65536) {
-                fprintf(stderr, "nf-server: --prefill-chunk: expected 1..65536 tokens, got '%s'\n", v);
+            if (nf_prefill_chunk_arg(argv[++i], &sess.prefill_chunk) < 0) {
+                fprintf(stderr, "nf-server: %s\n", nf_error());
                 return 2;
             }
-            sess.prefill_chunk = (int)c;
         }
         else if (!strcmp(a, "--progress-log") && more) {
             const char *v = argv[++i];

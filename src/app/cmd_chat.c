@@ -26,7 +26,7 @@
 #include <termios.h>
 #include <unistd.h>
 
-#include "app/backend_arg.h"
+#include "app/session_args.h"
 #include "app/commands.h"
 #include "engine/session.h"
 #include "app/spec_args.h"
@@ -143,13 +143,10 @@ static int parse_opts(int argc, char **argv, bool chat, cli_opts *o) {
         }
         else if (OPT(NULL, "--prefill-chunk")) {
             NEED();
-            char *end;
-            const long c = strtol(v, &end, 10);
-            if (end == v || *end || c < 1 || c > 65536) {
-                fprintf(stderr, "%s: --prefill-chunk: expected 1..65536 tokens, got '%s'\n", nf_progname, v);
+            if (nf_prefill_chunk_arg(v, &o->prefill_chunk) < 0) {
+                fprintf(stderr, "%s: %s\n", nf_progname, nf_error());
                 return 2;
             }
-            o->prefill_chunk = (int)c;
         }
         else if (!chat && OPT("-p", "--prompt")) { NEED(); o->prompt = v; }
         else if (!chat && OPT("-f", "--file")) { NEED(); o->prompt_file = v; }

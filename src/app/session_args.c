@@ -1,6 +1,7 @@
-/* backend_arg.c — --backend cpu|cuda for the programs that open a session (backend_arg.h). */
-#include "app/backend_arg.h"
+/* session_args.c — --backend and --prefill-chunk for the programs that open a session (session_args.h). */
+#include "app/session_args.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "util/error.h"
@@ -28,4 +29,12 @@ int nf_backend_arg(const char *name, const char *prog, nf_backend_factory *facto
 #endif
     }
     return nf_fail("--backend: expected cpu or cuda, got '%s'", name);
+}
+
+int nf_prefill_chunk_arg(const char *v, int *chunk) {
+    char *end;
+    const long c = strtol(v, &end, 10);
+    if (end == v || *end || c < 1 || c > 65536) return nf_fail("--prefill-chunk: expected 1..65536 tokens, got '%s'", v);
+    *chunk = (int)c;
+    return 0;
 }

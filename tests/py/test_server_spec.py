@@ -79,7 +79,7 @@ def test_bad_spec_options_refused(args, needle):
 ] + ([] if "cuda" in BUILD else [(["--backend", "cuda"], "no CUDA backend; build with `make cuda` and use "
                                                          "build/cuda/nf-server")]))
 def test_bad_session_options_refused(args, needle):
-    """nf-server's --backend and --prefill-chunk (app/backend_arg.c, session.h) refuse bad values before loading"""
+    """nf-server's --backend and --prefill-chunk (app/session_args.c) refuse bad values before loading"""
     p = subprocess.run([f"{BUILD}/nf-server", "-m", model_path(), "--port", "0", *args], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2, (p.stdout, p.stderr)
