@@ -140,27 +140,22 @@ __device__ void sinkhorn_regs(float *comb, int iters, float eps) {
 #pragma unroll
         for (int j = 0; j < HC; j++) m[i][j] = __fadd_rn(__fmul_rn(m[i][j], inv), eps);
     }
-    for (int it = 0; it < iters; it++) {
-        if (it > 0) {
+    /* line a of a pass is a row (rows: at(a, b) = m[a][b]) or a column (m[b][a]): its sum in order, then each
+     * element divided by sum + eps */
+    auto pass = [&](auto at) {
 #pragma unroll
-            for (int i = 0; i < HC; i++) {
-                float s = 0.0f;
-#pragma unroll
-                for (int j = 0; j < HC; j++) s = __fadd_rn(s, m[i][j]);
-                const float d = __fadd_rn(s, eps), r = rcp_nr(d);
-#pragma unroll
-                for (int j = 0; j < HC; j++) m[i][j] = div_by(m[i][j], d, r);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < HC; j++) {
+        for (int a = 0; a < HC; a++) {
             float s = 0.0f;
 #pragma unroll
-            for (int i = 0; i < HC; i++) s = __fadd_rn(s, m[i][j]);
+            for (int b = 0; b < HC; b++) s = __fadd_rn(s, at(a, b));
             const float d = __fadd_rn(s, eps), r = rcp_nr(d);
 #pragma unroll
-            for (int i = 0; i < HC; i++) m[i][j] = div_by(m[i][j], d, r);
+            for (int b = 0; b < HC; b++) at(a, b) = div_by(at(a, b), d, r);
         }
+    };
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) pass([&](int a, int b) -> float & { return m[a][b]; });
+        pass([&](int a, int b) -> float & { return m[b][a]; });
     }
 #pragma unroll
     for (int i = 0; i < HC; i++)
