@@ -24,8 +24,20 @@ __global__ void kda_conv_kernel(const float *hist, int T, int K, int inner, cons
         const int t = (int)(idx / width), ch = (int)(idx % width);
         const int part = ch / inner, cc = ch % inner;
         const float *w = (part == 0 ? wq : part == 1 ? wk : wv) + (size_t)cc * K;
+        /* taps in groups of 4 whose loads are issued together (glm53: K = 4, one round trip instead of K), the
+         * same products and additions in the same order */
         float s = 0.0f;
-        for (int j = 0; j < K; j++) s = __fadd_rn(s, __fmul_rn(w[j], hist[(size_t)(t + j) * width + ch]));
+        for (int j0 = 0; j0 < K; j0 += 4) {
+            float wv[4], hv[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                wv[u] = j0 + u < K ? w[j0 + u] : 0.0f;
+                hv[u] = j0 + u < K ? hist[(size_t)(t + j0 + u) * width + ch] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                if (j0 + u < K) s = __fadd_rn(s, __fmul_rn(wv[u], hv[u]));
+        }
         qkv[idx] = nf_d_silu(s);
     }
 }

@@ -38,6 +38,7 @@ int nf_cuda_dense_mlp(nf_backend *be, int il, const float *x, int T, float *y) {
 }
 
 #define COMBINE_THREADS 256
+#define COMBINE_BATCH 8 /* slots whose loads are issued together (glm53: k = 8, one round) */
 
 /* y[t][i] = sum over slots in ascending expert order of w * out (+ shared[t][i]); block (column range, token):
  * the slots' ascending order is found once per block (slot q's place = number of smaller experts; the k experts of
@@ -49,16 +50,35 @@ __global__ void moe_combine_kernel(const float *out, const int32_t *expert_of, c
     __shared__ float wgt[NF_ROUTER_TOPK_MAX];
     for (int t = blockIdx.y; t < T; t += gridDim.y) {
         const int32_t *ex = expert_of + (size_t)t * k;
+        /* loads in groups of COMBINE_BATCH issued together (a rolled loop paid one memory round trip per slot),
+         * the same comparisons and additions in the same order */
         if (threadIdx.x < k) {
+            const int32_t mine = ex[threadIdx.x];
+            const float w = weight_of[(size_t)t * k + threadIdx.x];
             int place = 0;
-            for (int q = 0; q < k; q++) place += ex[q] < ex[threadIdx.x] || (ex[q] == ex[threadIdx.x] && q < (int)threadIdx.x);
+            for (int q0 = 0; q0 < k; q0 += COMBINE_BATCH) {
+                int32_t e[COMBINE_BATCH];
+#pragma unroll
+                for (int u = 0; u < COMBINE_BATCH; u++) e[u] = q0 + u < k ? ex[q0 + u] : 0;
+#pragma unroll
+                for (int u = 0; u < COMBINE_BATCH; u++)
+                    place += q0 + u < k && (e[u] < mine || (e[u] == mine && q0 + u < (int)threadIdx.x));
+            }
             order[place] = threadIdx.x;
-            wgt[place] = weight_of[(size_t)t * k + threadIdx.x];
+            wgt[place] = w;
         }
         __syncthreads();
         for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
             float acc = 0.0f;
-            for (int r = 0; r < k; r++) acc = __fadd_rn(acc, __fmul_rn(out[((size_t)t * k + order[r]) * n + i], wgt[r]));
+            for (int r0 = 0; r0 < k; r0 += COMBINE_BATCH) {
+                float v[COMBINE_BATCH];
+#pragma unroll
+                for (int u = 0; u < COMBINE_BATCH; u++)
+                    v[u] = r0 + u < k ? out[((size_t)t * k + order[r0 + u]) * n + i] : 0.0f;
+#pragma unroll
+                for (int u = 0; u < COMBINE_BATCH; u++)
+                    if (r0 + u < k) acc = __fadd_rn(acc, __fmul_rn(v[u], wgt[r0 + u]));
+            }
             if (shared) acc = __fadd_rn(acc, shared[(size_t)t * n + i]);
             y[(size_t)t * n + i] = acc;
         }
