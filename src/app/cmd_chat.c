@@ -106,7 +106,8 @@ static void usage(FILE *f, bool chat) {
                "      --ignore-stop     do not stop at stop tokens (benchmarks; -n still applies)\n"
                "  -t, --threads N       CPU threads (default: NF_THREADS or all cores)\n"
                "      --backend B       cpu (default) or cuda (GPU builds only: make cuda, build/cuda/nf)\n"
-               "      --prefill-chunk N tokens per forward call while prefilling (default 256)\n"
+               "      --prefill-chunk N tokens per forward call while prefilling (default 256 on the CPU, 4096 with\n"
+               "                        --backend cuda)\n"
                "  -c, --ctx N           context size in tokens (default: min(model context, 4096); <= the model's)\n"
                "      --progress S      prefill progress on stderr every S seconds of a long prefill (default 2;\n"
                "                        0: every chunk; off)\n",

@@ -384,6 +384,7 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
     be->impl = c;
     be->model = m;
     be->name = "cuda";
+    be->prefill_chunk = 4096;
     be->destroy = cu_destroy;
     cudaMemPool_t pool;
     uint64_t thr = UINT64_MAX;

@@ -219,7 +219,7 @@ nf_session *nf_session_create(const char *path, const nf_session_opts *opts) {
         }
     }
     s->n_ctx = o.n_ctx > 0 ? o.n_ctx : (m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
-    s->chunk = o.prefill_chunk > 0 ? o.prefill_chunk : 256;
+    s->chunk = o.prefill_chunk > 0 ? o.prefill_chunk : s->be->prefill_chunk > 0 ? s->be->prefill_chunk : 256;
     s->max_ck = o.max_checkpoints > 0 ? o.max_checkpoints : 8;
     s->st = nf_backend_state_create(s->be, s->n_ctx < 1024 ? s->n_ctx : 1024); /* device state on a GPU backend */
     if (!s->st) goto fail;

@@ -152,6 +152,7 @@ nf_backend *nf_pipeline_backend_create(const nf_pipeline *p) {
     be->name = "pipeline";
     be->model = p->model;
     be->impl = (void *)p;
+    be->prefill_chunk = p->stage[0].be->prefill_chunk; /* the stages' backends are of one kind */
     be->state_create = pb_state_create;
     be->forward = pb_forward;
     be->destroy = pb_destroy;
