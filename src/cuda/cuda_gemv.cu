@@ -562,6 +562,7 @@ struct gemv_params {
     float xnorm_eps;
     int64_t ldx, ldy;
     const int32_t *ids;
+    int ids_settled;         /* see nf_gemv_job */
     int xdiv, smod, nvec;
     int units, tpr, wpr;     /* units per row, threads per row group (a multiple of 32), its warps */
     int batch_rows;          /* G * R */
@@ -605,11 +606,13 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
     float *red = (float *)(stage + p.ring_bytes); /* [warps][R] */
     const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
     const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
-    /* PDL (cuda_launch.h): the routed experts' ids come from the router kernel, so those jobs wait first; the
-     * others read only weights until the wait below, and the first stages of their copies overlap the kernels
-     * before them */
-    if (p.ids) nf_pdl_wait();
-    const int slice = p.ids ? p.ids[v] : v % p.smod;
+    /* PDL (cuda_launch.h): the routed experts' ids come from the router kernel, so those jobs wait first unless
+     * the router ran two or more launches earlier (ids_settled: it has completed, the ids are read through L2);
+     * the others read only weights until the wait below, and the first stages of their copies overlap the
+     * kernels before them */
+    const bool early = !p.ids || p.ids_settled;
+    if (!early) nf_pdl_wait();
+    const int slice = p.ids ? (p.ids_settled ? __ldcg(p.ids + v) : p.ids[v]) : v % p.smod;
     const uint8_t *W = p.w[mat] + (size_t)slice * p.slice_bytes;
     float *y = p.y[mat] + (size_t)v * p.ldy;
 
@@ -633,7 +636,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
         for (int i = tid; i < 256; i += nthreads) ((uint64_t *)(tab + IQ2_GRID_AT))[i] = g_iq2_grid[i];
         for (int i = tid; i < 128; i += nthreads) tab[IQ2_SIGNS_AT + i] = (uint8_t)iq2_nibble_rev(g_iq2_signs[i]);
     }
-    if (!p.ids) nf_pdl_wait();
+    if (early) nf_pdl_wait();
     nf_pdl_release();
     const int g = tid / p.tpr, u = tid % p.tpr;
     const bool active = u < p.units;
@@ -1133,6 +1136,7 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     p.ldx = j->ldx;
     p.ldy = j->ldy;
     p.ids = j->ids;
+    p.ids_settled = j->ids && j->ids_settled;
     p.xdiv = j->xdiv > 1 ? j->xdiv : 1;
     p.smod = j->smod > 1 ? j->smod : 1;
     p.nvec = j->nvec;

@@ -49,6 +49,10 @@ typedef struct nf_gemv_job {
     int xdiv;               /* vector v reads activation row v / xdiv (<= 1: row v) */
     int smod;               /* without ids: vector v uses matrix v % smod (<= 1: matrix 0) */
     const int32_t *ids;     /* device, nvec entries, or NULL: vector v uses matrix ids[v] */
+    /* set when ids were written by a kernel two or more launches before this job's on its stream: under PDL
+     * (cuda_launch.h) that kernel has completed by the time this one starts, so the job reads the ids (through L2)
+     * and starts its weight copies before its wait, as jobs without ids do; unset, it waits first */
+    int ids_settled;
     int64_t ldy;            /* y[m][v * ldy + r] = W_m(v)[r, :] . x(v) */
     int nvec;
 } nf_gemv_job;

@@ -61,6 +61,9 @@ struct nf_cuda {
      * (a bump allocator reset every step), so a step allocates nothing from the driver and the same allocation
      * sequence gives the same addresses */
     int capturing;
+    /* set by the MoE block around products whose expert ids were written two or more launches earlier
+     * (nf_gemv_job.ids_settled) */
+    int ids_settled;
     uint8_t *arena;
     size_t arena_cap, arena_used, arena_need;
     struct nf_cuda_graph_cache *gcache;

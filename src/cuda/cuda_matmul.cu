@@ -283,7 +283,9 @@ static nf_gemv_job decode_job(const nf_cuda_mat *w, const float *x, int64_t ldx,
 }
 
 static int run_job(nf_cuda *c, const nf_gemv_job *j) {
-    if (nf_cuda_gemv_run(j, c->stream) < 0) return -1;
+    nf_gemv_job jj = *j;
+    jj.ids_settled = j->ids && c->ids_settled; /* the MoE block says when its router ran two launches ago */
+    if (nf_cuda_gemv_run(&jj, c->stream) < 0) return -1;
     if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
     return 0;
 }

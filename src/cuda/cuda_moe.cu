@@ -20,21 +20,33 @@ static int gate_up(nf_cuda *c, const nf_cuda_mat *g, const nf_cuda_mat *u, const
     return nf_cuda_matmul_same(c, w, 2, x, ldx, xdiv, ids, y, ldy, nvec);
 }
 
-static int mlp(nf_cuda *c, const nf_tensor *tg, const nf_tensor *tu, const nf_tensor *td, const float *x, int T,
-               float limit, float *y) {
+/* gate and up into a, b ([T][rows of gate]), then down of SwiGLU(a, b) into y: two launches in decode */
+static int mlp_in(nf_cuda *c, const nf_tensor *tg, const nf_tensor *tu, const nf_tensor *td, const float *x, int T,
+                  float limit, float *y, float *a, float *b) {
     nf_cuda_mat g = nf_cuda_mat_of(c, tg), u = nf_cuda_mat_of(c, tu), d = nf_cuda_mat_of(c, td);
     const int64_t n = g.n, I = g.rows;
+    if (gate_up(c, &g, &u, x, n, 1, nullptr, a, b, I, T) < 0) return -1;
+    return nf_cuda_matmul_swiglu(c, &d, a, b, I, limit, nullptr, y, d.rows, T);
+}
+static int mlp(nf_cuda *c, const nf_tensor *tg, const nf_tensor *tu, const nf_tensor *td, const float *x, int T,
+               float limit, float *y) {
+    const int64_t I = tg->ne[1];
     nf_cuda_scratch sc(c);
     float *a = sc.get<float>((size_t)T * I), *b = sc.get<float>((size_t)T * I);
     if (!a || !b) return nf_fail("cuda mlp: out of device memory");
-    if (gate_up(c, &g, &u, x, n, 1, nullptr, a, b, I, T) < 0) return -1;
-    return nf_cuda_matmul_swiglu(c, &d, a, b, I, limit, nullptr, y, d.rows, T);
+    return mlp_in(c, tg, tu, td, x, T, limit, y, a, b);
 }
 
 int nf_cuda_dense_mlp(nf_backend *be, int il, const float *x, int T, float *y) {
     nf_cuda *c = nf_cuda_of(be);
     const nf_layer *L = &c->m->layers[il];
     return mlp(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, x, T, c->m->hp.swiglu_limit, y);
+}
+
+/* NF_CUDA_IDS_EARLY=off: see nf_cuda_moe_block */
+static int ids_early(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_IDS_EARLY", "off");
 }
 
 #define COMBINE_THREADS 256
@@ -103,15 +115,32 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
           *a = sc.get<float>((size_t)T * k * I), *b = sc.get<float>((size_t)T * k * I),
           *out = sc.get<float>((size_t)T * k * n), *shared = has_shared ? sc.get<float>((size_t)T * n) : nullptr;
     int32_t *expert_of = sc.get<int32_t>((size_t)T * k);
-    if (!logit || !weight_of || !a || !b || !out || !expert_of || (has_shared && !shared))
+    /* the shared expert's gate and up outputs, taken here: no stream-ordered allocation between the router and
+     * the routed products (see below) */
+    const int64_t Is = has_shared ? L->gate_shexp.ne[1] : 0;
+    float *sa = has_shared ? sc.get<float>((size_t)T * Is) : nullptr, *sb = has_shared ? sc.get<float>((size_t)T * Is) : nullptr;
+    if (!logit || !weight_of || !a || !b || !out || !expert_of || (has_shared && (!shared || !sa || !sb)))
         return nf_fail("cuda moe: out of device memory");
     if (nf_cuda_matmul(c, &r, x, T, n, logit, E) < 0) return -1;
     if (nf_cuda_router(c->stream, logit, bias, T, E, k, hp->expert_weights_norm, hp->expert_weights_scale, expert_of,
                        weight_of) < 0)
         return -1;
-    if (gate_up(c, &g, &u, x, n, k, expert_of, a, b, I, T * k) < 0) return -1;
-    if (nf_cuda_matmul_swiglu(c, &d, a, b, I, hp->swiglu_limit, expert_of, out, n, T * k) < 0) return -1;
-    if (has_shared && mlp(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared) < 0)
+    /* The shared expert (two launches: gate+up, down) goes between the router and the routed experts, so that
+     * the router has completed when they start (PDL, cuda_launch.h): they read the ids and start copying their
+     * weights while the launch before them drains (ids_settled). Without a shared expert only the down product
+     * (two launches after the router) can. NF_CUDA_IDS_EARLY=off: routed then shared, the routed products waiting
+     * first (the order before, for A/B). The results are the same either way: the products are independent and
+     * moe_combine adds them in its fixed order. */
+    const int early = ids_early();
+    if (early && has_shared && mlp_in(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared, sa, sb) < 0)
+        return -1;
+    c->ids_settled = early && has_shared;
+    int rc = gate_up(c, &g, &u, x, n, k, expert_of, a, b, I, T * k);
+    c->ids_settled = early;
+    if (rc == 0) rc = nf_cuda_matmul_swiglu(c, &d, a, b, I, hp->swiglu_limit, expert_of, out, n, T * k);
+    c->ids_settled = 0;
+    if (rc < 0) return -1;
+    if (!early && has_shared && mlp_in(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared, sa, sb) < 0)
         return -1;
     const dim3 cgrid((n + COMBINE_THREADS - 1) / COMBINE_THREADS < 32 ? (n + COMBINE_THREADS - 1) / COMBINE_THREADS : 32,
                      T < 65535 ? T : 65535);

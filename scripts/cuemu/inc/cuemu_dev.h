@@ -132,6 +132,7 @@ inline __half __ushort_as_half(unsigned short v) { return __half{v}; }
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 template <class T> T __ldg(const T *p) { return *p; }
+template <class T> T __ldcg(const T *p) { return *p; }
 template <class T> cudaError_t cudaMemcpyToSymbol(T &sym, const void *src, size_t n) { memcpy(&sym, src, n); return 0; }
 inline unsigned __ballot_sync(unsigned, int pred) {
     auto &f = cuemu_B->f[cuemu_B->cur];
