@@ -15,9 +15,8 @@ import collections
 import re
 import sys
 
-COLS = {0: 32, 1: 64, 30: 64, 8: 64, 12: 64, 14: 64, 10: 64, 16: 32, 264: 64, 266: 64, 272: 32}  # weights per unit (unit<TY>::COLS)
-NAME = {0: 'f32', 1: 'f16', 30: 'bf16', 8: 'q8_0', 12: 'q4_K', 14: 'q6_K', 10: 'q2_K', 16: 'iq2_xxs',
-        264: 'q8_0 i8', 266: 'q2_K i8', 272: 'iq2_xxs i8'}  # 0x100 | type: the integer variants (NF_GEMV_I8)
+COLS = {0: 32, 1: 64, 30: 64, 8: 64, 12: 64, 14: 64, 10: 64, 16: 32}  # weights per unit (unit<TY>::COLS)
+NAME = {0: 'f32', 1: 'f16', 30: 'bf16', 8: 'q8_0', 12: 'q4_K', 14: 'q6_K', 10: 'q2_K', 16: 'iq2_xxs'}
 
 
 def regions(text):

@@ -88,20 +88,8 @@ constexpr bool iq2_sign_words_exact() {
     return true;
 }
 static_assert(iq2_sign_words_exact(), "IQ2_XXS sign words: the multiply trick does not reproduce every pattern");
-/* unit tags of the integer variants (the template argument of unit and gemv_stream; the job still names its
- * stored type) */
-#define TY_I8 0x100
-#define TY_Q8_0_I8 (TY_I8 | NF_TYPE_Q8_0)
-#define TY_Q2_K_I8 (TY_I8 | NF_TYPE_Q2_K)
-#define TY_IQ2_XXS_I8 (TY_I8 | NF_TYPE_IQ2_XXS)
-
-/* IQ2_XXS sign selectors of the integer variant, after the grid (see unit<TY_IQ2_XXS_I8>) */
-#define IQ2_SEL_AT 2048
-#define IQ2_I8_TABLE_BYTES 2560
-/* shared bytes before the stages: the tables of the unit, if any */
-__host__ __device__ constexpr int table_bytes(uint32_t ty) {
-    return ty == NF_TYPE_IQ2_XXS ? IQ2_TABLE_BYTES : ty == TY_IQ2_XXS_I8 ? IQ2_I8_TABLE_BYTES : 0;
-}
+/* shared bytes before the stages: the tables of the format, if any */
+__host__ __device__ constexpr int table_bytes(uint32_t type) { return type == NF_TYPE_IQ2_XXS ? IQ2_TABLE_BYTES : 0; }
 
 __device__ uint64_t g_iq2_grid[256];
 __device__ uint8_t g_iq2_signs[128];
@@ -561,247 +549,6 @@ template <> struct unit<NF_TYPE_IQ2_XXS> {
     }
 };
 
-/* ---- integer dot products: the activation as a 24-bit fixed-point number in three byte planes ----
- *
- * Why: the 2-bit formats' f32 decode costs 2.7 (Q2_K) and 4.0 (IQ2_XXS) SASS instructions per weight, more than an
- * SM can issue at the read bandwidth (docs/cuda.md). Their codes are small integers, so a dp4a multiplies four
- * codes by four activation bytes in one instruction, exactly. The activation is not quantized in the usual sense
- * (no 8-bit step): a thread's values x share one exponent E (max |x| < 2^E) and become the integers
- * X = round(x * 2^(23 - E)), |X| <= 2^23 - 1, split into bytes X = P2 * 2^16 + P1 * 2^8 + P0 (P2 signed, P1 and
- * P0 unsigned). Each X is x to within 2^(E - 24), half an ulp of f32 at the thread's largest value, so a dot
- * moves by at most that times sum |w|: the same order as the f32 kernel's own rounding of its partial sums, and
- * continuous in x in the sense the CPU comparison needs (no step larger than f32 rounding). The three plane sums
- * of codes x bytes are exact integers; they meet in float once per scale group. NF_GEMV_I8=off keeps the f32
- * decode of every format, =all adds Q8_0 (whose bytes are already signed codes), the default takes the 2-bit
- * formats only (docs/cuda.md, Decode products). */
-__device__ __forceinline__ int dp4a_ss(uint32_t a, uint32_t b, int c) {
-#ifdef __CUDA_ARCH__
-    int d;
-    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-#else
-    for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> 8 * k) * (int)(int8_t)(b >> 8 * k);
-    return c;
-#endif
-}
-/* signed bytes of a times unsigned bytes of b */
-__device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c) {
-#ifdef __CUDA_ARCH__
-    int d;
-    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-#else
-    for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> 8 * k) * (int)(uint8_t)(b >> 8 * k);
-    return c;
-#endif
-}
-/* unsigned bytes of a times signed bytes of b */
-__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) { return dp4a_su(b, a, c); }
-__device__ __forceinline__ int dp4a_uu(uint32_t a, uint32_t b, int c) {
-#ifdef __CUDA_ARCH__
-    uint32_t d;
-    asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"((uint32_t)c));
-    return (int)d;
-#else
-    for (int k = 0; k < 4; k++) c += (int)(uint8_t)(a >> 8 * k) * (int)(uint8_t)(b >> 8 * k);
-    return c;
-#endif
-}
-/* The fixed-point form of a thread's N values (N a multiple of 4): E from the largest |x|, planes[p][w] holding
- * byte p of X for values 4w .. 4w+3; the returned factor 2^(E - 23) (times NaN when some value is not finite, so
- * the product propagates it like the f32 kernel) turns sum code * X back into sum code * x, as two factors
- * (2^(E - 23) can be below the normal range). */
-struct fx_scale {
-    float a, b;
-};
-template <int N> __device__ __forceinline__ fx_scale fx_planes(const float *v, uint32_t (*planes)[N / 4], int extra_exp = 0) {
-    float amax = 0.f, bad = 0.f;
-#pragma unroll
-    for (int i = 0; i < N; i++) {
-        amax = fmaxf(amax, fabsf(v[i]));
-        bad += v[i] * 0.f; /* 0, or NaN for an infinite or NaN value */
-    }
-    const int ex = (int)(__float_as_uint(amax) >> 23);
-    const int E = ex == 0 ? -126 : ex - 126; /* amax < 2^E */
-#pragma unroll
-    for (int w = 0; w < N / 4; w++) {
-        uint32_t b[3] = {0, 0, 0};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int X = __float2int_rn(ldexp2(v[4 * w + k], 23 - E));
-            X = X > 8388607 ? 8388607 : X; /* a value within half a unit below 2^E rounds up to 2^23 */
-            b[0] |= ((uint32_t)X & 0xFFu) << 8 * k;
-            b[1] |= (((uint32_t)X >> 8) & 0xFFu) << 8 * k;
-            b[2] |= (((uint32_t)X >> 16) & 0xFFu) << 8 * k;
-        }
-        planes[0][w] = b[0];
-        planes[1][w] = b[1];
-        planes[2][w] = b[2];
-    }
-    const int k = E - 23 - extra_exp;
-    return {pow2f(k / 2) * (1.f + bad), pow2f(k - k / 2)};
-}
-/* the three plane sums as one float: S2 * 2^16 + S1 * 2^8 + S0 */
-__device__ __forceinline__ float fx_join(int s0, int s1, int s2) {
-    return fmaf((float)s2, 65536.f, fmaf((float)s1, 256.f, (float)s0));
-}
-
-template <> struct unit<TY_Q8_0_I8> {
-    /* blocks 2u and 2u+1: 68 bytes = 17 aligned words (f16 d, 32 x i8; f16 d, 32 x i8). The planes are laid out
-     * like the words, so word i meets plane word i: word 0 holds d (bytes 0, 1: zero planes) and values 0, 1;
-     * word 8 values 30, 31 and the next d (zero planes); words 9 .. 16 the second block. */
-    static constexpr int COLS = 64;
-    uint32_t P[3][17];
-    fx_scale f;
-    int off;
-    static constexpr int XSHIFT = 4;
-    __device__ void init(const xsrc &xs, int u, int) {
-        off = 68 * u;
-        float X[64];
-        xs.run<16>(16 * u, X);
-        /* the values in word order: two zero slots before value 0, two after value 31 */
-        float v[68];
-        v[0] = v[1] = v[34] = v[35] = 0.f;
-#pragma unroll
-        for (int i = 0; i < 32; i++) {
-            v[2 + i] = X[i];
-            v[36 + i] = X[32 + i];
-        }
-        /* the exponent of the 64 values (the zero slots do not change it) */
-        f = fx_planes<68>(v, P);
-    }
-    __device__ float dot(const uint8_t *row, const uint8_t *) const {
-        const uint32_t *p = (const uint32_t *)(row + off);
-        uint32_t w[17];
-#pragma unroll
-        for (int i = 0; i < 17; i++) w[i] = p[i];
-        int a0 = 0, a1 = 0, a2 = 0, b0 = 0, b1 = 0, b2 = 0;
-#pragma unroll
-        for (int i = 0; i < 9; i++) {
-            a2 = dp4a_ss(w[i], P[2][i], a2);
-            a1 = dp4a_su(w[i], P[1][i], a1);
-            a0 = dp4a_su(w[i], P[0][i], a0);
-        }
-#pragma unroll
-        for (int i = 9; i < 17; i++) {
-            b2 = dp4a_ss(w[i], P[2][i], b2);
-            b1 = dp4a_su(w[i], P[1][i], b1);
-            b0 = dp4a_su(w[i], P[0][i], b0);
-        }
-        return fmaf(h2f(w[0]), fx_join(a0, a1, a2), h2f(w[8] >> 16) * fx_join(b0, b1, b2)) * f.a * f.b;
-    }
-};
-
-template <> struct unit<TY_Q2_K_I8> {
-    /* unit<NF_TYPE_Q2_K>'s values (block u/4, half n, h: 128n + 32k + 16h + i from bit pair k of
-     * qs[32n + 16h + i]). Code k of a qs word is (w & 3 << 2k): the bytes q * 4^k (at most 192), so a dp4a of
-     * those against a plane gives 4^k sum q P exactly; the sub-block scale sc enters as the integer sc * 4^(3-k),
-     * so all four sub-blocks sum in one integer per plane (at most 64 * 15 * 16 * 3 * 255 * 4 < 2^31) and the
-     * block needs one float join. The mins use the plain float sums of x per sub-block. */
-    static constexpr int COLS = 64;
-    uint32_t P[3][16]; /* plane p, word 4k + j: values 128n + 32k + 16h + 4j .. +3 */
-    float XS[4];
-    fx_scale f;
-    int qoff, soff, doff;
-    uint32_t ssel;
-    static constexpr int XSHIFT = 4;
-    __device__ void init(const xsrc &src, int u, int) {
-        const int b = u >> 2, n = (u >> 1) & 1, h = u & 1;
-        qoff = 84 * b + 16 + 32 * n + 16 * h;
-        soff = 84 * b + 8 * n;
-        doff = 84 * b + 80;
-        ssel = h ? 0x7531 : 0x6420;
-        float v[64];
-#pragma unroll
-        for (int k = 0; k < 4; k++) src.run<4>(64 * b + 32 * n + 4 * h + 8 * k, v + 16 * k);
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            float s = 0.f;
-#pragma unroll
-            for (int i = 0; i < 16; i++) s += v[16 * k + i];
-            XS[k] = s;
-        }
-        f = fx_planes<64>(v, P, 6); /* the 4^3 of the scales' integer form */
-    }
-    __device__ float dot(const uint8_t *row, const uint8_t *) const {
-        const uint32_t *q = (const uint32_t *)(row + qoff);
-        const uint32_t *sp = (const uint32_t *)(row + soff);
-        const uint32_t s0 = sp[0], s1 = sp[1], dd = *(const uint32_t *)(row + doff);
-        const uint32_t G = __byte_perm(s0, s1, ssel); /* scale bytes of k = 0..3 (low nibble scale, high min) */
-        const uint32_t w[4] = {q[0], q[1], q[2], q[3]};
-        int t0 = 0, t1 = 0, t2 = 0;
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int c0 = 0, c1 = 0, c2 = 0;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const uint32_t c = w[j] & (0x03030303u << (2 * k));
-                c2 = dp4a_us(c, P[2][4 * k + j], c2);
-                c1 = dp4a_uu(c, P[1][4 * k + j], c1);
-                c0 = dp4a_uu(c, P[0][4 * k + j], c0);
-            }
-            const int sc = (int)((G >> (8 * k)) & 15u) << (6 - 2 * k);
-            t0 += sc * c0;
-            t1 += sc * c1;
-            t2 += sc * c2;
-        }
-        float M = (float)((G >> 4) & 15u) * XS[0];
-        M = fmaf((float)((G >> 12) & 15u), XS[1], M);
-        M = fmaf((float)((G >> 20) & 15u), XS[2], M);
-        M = fmaf((float)(G >> 28), XS[3], M);
-        return fmaf(h2f(dd), fx_join(t0, t1, t2) * f.a * f.b, -h2f(dd >> 16) * M);
-    }
-};
-
-/* IQ2_XXS sign selectors (IQ2_SEL_AT): for each 7-bit sign index the prmt selectors that take
- * byte c of a grid word or of its negation (byte c + 4 when weight c is negative), weights 0..3 in the low half,
- * 4..7 in the high half (prmt reads only the low 16 bits of its selector) */
-__host__ __device__ constexpr uint32_t iq2_sel_nibbles(uint32_t n) {
-    return 0x3210u | (n & 1u) << 2 | (n & 2u) << 5 | (n & 4u) << 8 | (n & 8u) << 11;
-}
-__host__ __device__ constexpr uint32_t iq2_sel(uint32_t s) { return iq2_sel_nibbles(s & 15u) | iq2_sel_nibbles(s >> 4) << 16; }
-
-template <> struct unit<TY_IQ2_XXS_I8> {
-    /* unit<NF_TYPE_IQ2_XXS>'s group (values 32u .. 32u+31). A grid word's bytes (8, 25 or 43) and their
-     * negations (0x01010100 - word: 256 - byte in every byte, no borrows as no byte is 0) feed one prmt whose
-     * selector comes from the sign index: four signed codes per prmt, then a dp4a per plane. */
-    static constexpr int COLS = 32;
-    uint32_t P[3][8]; /* plane p, word w: values 32u + 4w .. +3 */
-    fx_scale f;
-    int blk, base, sh;
-    static constexpr int XSHIFT = 3;
-    __device__ void init(const xsrc &src, int u, int) {
-        const int b = u >> 3, g = u & 7;
-        const int odd = !(b & 1);
-        sh = 16 * odd;
-        blk = 66 * b;
-        base = blk + 2 + 8 * g - 2 * odd;
-        float xs[32];
-        src.run<8>(8 * u, xs);
-        f = fx_planes<32>(xs, P);
-    }
-    __device__ float dot(const uint8_t *row, const uint8_t *tab) const {
-        const uint8_t *p = row + base;
-        const uint32_t idx = ld32_at(p, 0, sh), aux = ld32_at(p, 1, sh);
-        const uint32_t dbits = *(const uint16_t *)(row + blk);
-        int s0 = 0, s1 = 0, s2 = 0;
-#pragma unroll
-        for (int l = 0; l < 4; l++) {
-            const uint2 gv = *(const uint2 *)(tab + IQ2_GRID_AT + 8 * __byte_perm(idx, 0, 0x4440 + l));
-            const uint32_t t = *(const uint32_t *)(tab + IQ2_SEL_AT + 4 * ((aux >> (7 * l)) & 127));
-            const uint32_t lo = prmt(gv.x, 0x01010100u - gv.x, t), hi = prmt(gv.y, 0x01010100u - gv.y, t >> 16);
-            s2 = dp4a_ss(lo, P[2][2 * l], s2);
-            s2 = dp4a_ss(hi, P[2][2 * l + 1], s2);
-            s1 = dp4a_su(lo, P[1][2 * l], s1);
-            s1 = dp4a_su(hi, P[1][2 * l + 1], s1);
-            s0 = dp4a_su(lo, P[0][2 * l], s0);
-            s0 = dp4a_su(hi, P[0][2 * l + 1], s0);
-        }
-        const float db = h2f(dbits) * (0.5f + (float)(aux >> 28)) * 0.25f;
-        return db * fx_join(s0, s1, s2) * f.a * f.b;
-    }
-};
-
 /* ---- the streaming kernel ---- */
 struct gemv_params {
     const uint8_t *w[NF_CUDA_GEMV_MAX_MATS];
@@ -888,10 +635,6 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
     if constexpr (TY == NF_TYPE_IQ2_XXS) {
         for (int i = tid; i < 256; i += nthreads) ((uint64_t *)(tab + IQ2_GRID_AT))[i] = g_iq2_grid[i];
         for (int i = tid; i < 128; i += nthreads) tab[IQ2_SIGNS_AT + i] = (uint8_t)iq2_nibble_rev(g_iq2_signs[i]);
-    }
-    if constexpr (TY == TY_IQ2_XXS_I8) {
-        for (int i = tid; i < 256; i += nthreads) ((uint64_t *)(tab + IQ2_GRID_AT))[i] = g_iq2_grid[i];
-        for (int i = tid; i < 128; i += nthreads) ((uint32_t *)(tab + IQ2_SEL_AT))[i] = iq2_sel(g_iq2_signs[i]);
     }
     if (early) nf_pdl_wait();
     nf_pdl_release();
@@ -1094,22 +837,15 @@ __global__ void gemv_plain(const gemv_params p, int64_t nblocks, int lanes) {
 /* ---- host side ---- */
 typedef void (*stream_fn)(const gemv_params);
 struct stream_kernels {
-    uint32_t type;            /* the stored type */
+    uint32_t type;
     int cols;                 /* per unit */
     int stages_x;             /* its units read the activation through the shared copy (XSHIFT >= 0) */
-    int table;                /* shared bytes of its tables (table_bytes of the unit) */
-    int i8;                   /* 1: the integer variant (NF_GEMV_I8) */
     stream_fn k[4];           /* R = 1, 2, 4, 8 */
 };
-#define KSET_AS(T, U, I8)                                                                                               \
-    {T, unit<U>::COLS, unit<U>::XSHIFT >= 0, table_bytes(U), I8,                                                        \
-     {gemv_stream<U, 1>, gemv_stream<U, 2>, gemv_stream<U, 4>, gemv_stream<U, 8>}}
-#define KSET(T) KSET_AS(T, T, 0)
-/* the integer variants first: kernels_of takes the first entry of a type that the NF_GEMV_I8 choice allows */
-static const stream_kernels k_stream[] = {
-    KSET_AS(NF_TYPE_Q8_0, TY_Q8_0_I8, 2), KSET_AS(NF_TYPE_Q2_K, TY_Q2_K_I8, 1), KSET_AS(NF_TYPE_IQ2_XXS, TY_IQ2_XXS_I8, 1),
-    KSET(NF_TYPE_F32),  KSET(NF_TYPE_F16),  KSET(NF_TYPE_BF16), KSET(NF_TYPE_Q8_0), KSET(NF_TYPE_Q4_K),
-    KSET(NF_TYPE_Q6_K), KSET(NF_TYPE_Q2_K), KSET(NF_TYPE_IQ2_XXS)};
+#define KSET(T) {T, unit<T>::COLS, unit<T>::XSHIFT >= 0, {gemv_stream<T, 1>, gemv_stream<T, 2>, gemv_stream<T, 4>, gemv_stream<T, 8>}}
+static const stream_kernels k_stream[] = {KSET(NF_TYPE_F32),  KSET(NF_TYPE_F16),  KSET(NF_TYPE_BF16),
+                                          KSET(NF_TYPE_Q8_0), KSET(NF_TYPE_Q4_K), KSET(NF_TYPE_Q6_K),
+                                          KSET(NF_TYPE_Q2_K), KSET(NF_TYPE_IQ2_XXS)};
 #define N_STREAM ((int)(sizeof k_stream / sizeof k_stream[0]))
 
 static int g_sms = 0, g_smem_optin = 0; /* set by nf_cuda_gemv_init */
@@ -1150,27 +886,9 @@ static int getenv_plan_log(void) {
     return cache;
 }
 
-/* NF_GEMV_I8 (read once): off = the f32 decode for every format; all = the integer dot products for Q8_0 too;
- * anything else (the default) = for the 2-bit formats Q2_K and IQ2_XXS. The level a kernel set needs: 1 lowbit,
- * 2 all. */
-static int g_i8_level = -1;
-static int getenv_i8_level(void) {
-    if (g_i8_level < 0) {
-        const char *e = getenv("NF_GEMV_I8");
-        g_i8_level = e && !strcmp(e, "off") ? 0 : e && !strcmp(e, "all") ? 2 : 1;
-    }
-    return g_i8_level;
-}
-extern "C" int nf_cuda_gemv_i8(int level) {
-    const int old = getenv_i8_level();
-    if (level >= 0) g_i8_level = level > 2 ? 2 : level;
-    return old;
-}
-
 static const stream_kernels *kernels_of(uint32_t type) {
-    const int level = getenv_i8_level();
     for (int i = 0; i < N_STREAM; i++)
-        if (k_stream[i].type == type && k_stream[i].i8 <= level) return &k_stream[i];
+        if (k_stream[i].type == type) return &k_stream[i];
     return nullptr;
 }
 
@@ -1229,8 +947,8 @@ static size_t stream_ring(int nst, size_t stage, size_t xbytes) {
 }
 static_assert((GEMV_MAX_THREADS / 32) * 8 * sizeof(float) >= 32 * sizeof(double),
               "the row-reduction area holds nf_d_block_sum_k's 32 doubles");
-static size_t stream_smem(const stream_kernels *ks, int nst, size_t stage, size_t xbytes) {
-    return (size_t)ks->table + stream_ring(nst, stage, xbytes) + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float);
+static size_t stream_smem(uint32_t type, int nst, size_t stage, size_t xbytes) {
+    return (size_t)table_bytes(type) + stream_ring(nst, stage, xbytes) + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float);
 }
 static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     const stream_kernels *ks = kernels_of(j->type);
@@ -1254,14 +972,14 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     int rmax = g_rmax_override ? g_rmax_override : 8;
     while (rmax > 1 && nprob * ((j->rows + pl->G * rmax - 1) / (pl->G * rmax)) < 2 * sms) rmax /= 2;
     static struct {
-        const stream_kernels *ks;
+        uint32_t type;
         int64_t cols;
         int rmax, R, nst, per_sm;
         size_t xbytes;
     } memo[64];
     static int n_memo = 0;
     for (int i = 0; i < n_memo; i++)
-        if (memo[i].ks == ks && memo[i].cols == j->cols && memo[i].rmax == rmax) {
+        if (memo[i].type == j->type && memo[i].cols == j->cols && memo[i].rmax == rmax) {
             pl->R = memo[i].R;
             pl->nst = memo[i].nst;
             pl->per_sm = memo[i].per_sm;
@@ -1274,7 +992,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
         for (int ri = 0; ri < 4 && (1 << ri) <= rmax; ri++) {
             const size_t stage = (size_t)pl->G * (1 << ri) * rb;
             for (int nst = 3; nst <= GEMV_MAX_STAGES; nst++) {
-                const size_t smem = stream_smem(ks, nst, stage, pl->xbytes);
+                const size_t smem = stream_smem(j->type, nst, stage, pl->xbytes);
                 if (g_smem_optin > 0 && smem > (size_t)g_smem_optin) break;
                 int ctas = 0;
                 if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, ks->k[ri], pl->threads, smem) != cudaSuccess) {
@@ -1302,7 +1020,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
         }
         if (!best) return 0;
         if (n_memo < 64) {
-            memo[n_memo].ks = ks;
+            memo[n_memo].type = j->type;
             memo[n_memo].cols = j->cols;
             memo[n_memo].rmax = rmax;
             memo[n_memo].R = pl->R;
@@ -1315,7 +1033,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
 planned:
     pl->stage = (size_t)pl->G * pl->R * rb;
     pl->ring = stream_ring(pl->nst, pl->stage, pl->xbytes);
-    pl->smem = stream_smem(ks, pl->nst, pl->stage, pl->xbytes);
+    pl->smem = stream_smem(j->type, pl->nst, pl->stage, pl->xbytes);
     pl->k = ks->k[pl->R == 1 ? 0 : pl->R == 2 ? 1 : pl->R == 4 ? 2 : 3];
     return 1;
 }

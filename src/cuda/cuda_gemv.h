@@ -61,10 +61,6 @@ typedef struct nf_gemv_job {
  * current device; call once before any product (the first product calls it otherwise, which a CUDA graph
  * capture does not allow). */
 int nf_cuda_gemv_init(void);
-/* Which decode the streaming kernels use (cuda_gemv.cu, "integer dot products"): 0 the f32 decode of every
- * format, 1 (the default) integer dot products for Q2_K and IQ2_XXS, 2 for Q8_0 too. NF_GEMV_I8=off|all sets it
- * at the first use; level >= 0 sets it (tests), -1 only reads it. Returns the level before the call. */
-int nf_cuda_gemv_i8(int level);
 /* True if nf_cuda_gemv can run weights of this type. */
 int nf_cuda_gemv_supports(uint32_t type);
 /* Launch a job on `stream` (a cudaStream_t, NULL for the default stream). Any shape the format allows runs;

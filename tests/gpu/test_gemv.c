@@ -589,27 +589,11 @@ int nf_gpu_test_gemv(int bench) {
      * alone (ncu --set full on nf-bench replays ~100 GB of device memory per pass; on the bench it is fast) */
     const char *nc = getenv("NF_GEMV_BENCH_NO_CHECKS");
     const int checks = !(bench && nc && !strcmp(nc, "1"));
-    /* every format with the decode NF_GEMV_I8 chose, then the formats whose decode another level changes (the
-     * integer dot products of cuda_gemv.cu and the f32 decode they replace) with that level */
-    const int level = nf_cuda_gemv_i8(-1);
-    for (int pass = 0; checks && pass < 3; pass++) {
-        const int lv = pass == 0 ? level : (level + pass) % 3;
-        nf_cuda_gemv_i8(lv);
-        if (pass) printf("gemv: the formats another decode level changes, level %d (NF_GEMV_I8=%s)\n", lv,
-                         lv == 0 ? "off" : lv == 2 ? "all" : "lowbit");
-        for (size_t i = 0; i < N_TYPES; i++) {
-            const uint32_t t = types[i];
-            /* Q8_0 changes between levels 1 and 2, Q2_K and IQ2_XXS between 0 and 1 */
-            const int changes = t == NF_TYPE_Q8_0 ? (lv == 2) != (level == 2)
-                              : t == NF_TYPE_Q2_K || t == NF_TYPE_IQ2_XXS ? (lv == 0) != (level == 0) : 0;
-            if (pass && !changes) continue;
-            for (int c = 0; c < ncases; c++) {
-                total++;
-                failed += !check_case(t, &cases[c]);
-            }
+    for (size_t i = 0; checks && i < N_TYPES; i++)
+        for (int c = 0; c < ncases; c++) {
+            total++;
+            failed += !check_case(types[i], &cases[c]);
         }
-    }
-    nf_cuda_gemv_i8(level);
     if (dump_file()) fflush(dump_file());
     if (checks) printf("gemv: %d passed, %d failed\n", total - failed, failed);
     else printf("gemv: checks skipped (NF_GEMV_BENCH_NO_CHECKS=1)\n");
