@@ -569,9 +569,28 @@ struct gemv_params {
     int64_t nbatches;
     int stage_bytes;         /* batch_rows * row_bytes */
     int nst;                 /* stages: nst - 1 batches in flight while one is decoded */
+    /* matrices of different heights on one vector (nf_gemv_job.mrows): nflat > 0 matrices, matrix m's batches
+     * are [bstart[m], bstart[m + 1]) of the one sequence, its rows mrows[m]; 0: every problem has `rows` rows */
+    int nflat;
+    int64_t bstart[NF_CUDA_GEMV_MAX_MATS], mrows[NF_CUDA_GEMV_MAX_MATS];
     int stage_x, xchunks;    /* copy the activation row (xchunks 16-byte chunks) through the last stage */
     size_t ring_bytes;       /* the stages, the last one extended to hold the activation row when it is longer */
 };
+
+/* Where batch b of a CTA's problem lies: its matrix's weights and output, its first row and the matrix's rows.
+ * A flat job numbers the batches of all its matrices in one sequence (gemv_params.nflat). */
+struct batch_at {
+    const uint8_t *w;
+    float *y;
+    int64_t r0, rows;
+};
+__device__ __forceinline__ batch_at locate(const gemv_params &p, const uint8_t *W, float *y, int64_t b) {
+    if (!p.nflat) return {W, y, b * p.batch_rows, p.rows};
+    int m = 0;
+#pragma unroll
+    for (int i = 1; i < NF_CUDA_GEMV_MAX_MATS; i++) m += i < p.nflat && b >= p.bstart[i];
+    return {p.w[m], p.y[m], (b - p.bstart[m]) * p.batch_rows, p.mrows[m]};
+}
 
 /* The R partial sums of a warp, reduced across its 32 lanes: afterwards lane l holds the sum of row
  * l >> (5 - log2 R). The additions form the plain xor butterfly (16, 8, 4, 2, 1) for every R. */
@@ -619,9 +638,9 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
     /* batch b -> its stage: rows [b * batch_rows, ...) are one contiguous byte range */
     auto issue = [&](int64_t b, int st) {
         if (b < p.nbatches) {
-            const int64_t r0 = b * p.batch_rows;
-            const int64_t nr = p.rows - r0 < p.batch_rows ? p.rows - r0 : p.batch_rows;
-            const uint8_t *src = W + (size_t)r0 * p.row_bytes;
+            const batch_at a = locate(p, W, y, b);
+            const int64_t nr = a.rows - a.r0 < p.batch_rows ? a.rows - a.r0 : p.batch_rows;
+            const uint8_t *src = a.w + (size_t)a.r0 * p.row_bytes;
             uint8_t *dst = stage + (size_t)st * p.stage_bytes;
             const int chunks = (int)((size_t)nr * p.row_bytes / 16);
             for (int c = tid; c < chunks; c += nthreads) __pipeline_memcpy_async(dst + 16 * c, src + 16 * (size_t)c, 16);
@@ -708,8 +727,9 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
             const int gg = tid / R, r = tid % R;
             float t = red[gg * p.wpr * R + r];
             for (int w = 1; w < p.wpr; w++) t += red[(gg * p.wpr + w) * R + r];
-            const int64_t row = b * p.batch_rows + tid;
-            if (row < p.rows) y[row] = t;
+            const batch_at a = locate(p, W, y, b);
+            const int64_t row = a.r0 + tid;
+            if (row < a.rows) a.y[row] = t;
         }
     }
     __pipeline_wait_prior(0);
@@ -935,6 +955,17 @@ static int job_mats(const nf_gemv_job *j) {
     return n;
 }
 
+/* a flat job: matrices of different heights on one vector (nf_gemv_job.mrows) */
+static bool is_flat(const nf_gemv_job *j) { return j->mrows[0] > 0; }
+/* batches of batch_rows rows the job's launch walks, over all its problems */
+static int64_t job_batches(const nf_gemv_job *j, int64_t batch_rows) {
+    const int nmat = job_mats(j);
+    if (!is_flat(j)) return (int64_t)nmat * j->nvec * ((j->rows + batch_rows - 1) / batch_rows);
+    int64_t n = 0;
+    for (int m = 0; m < nmat; m++) n += (j->mrows[m] + batch_rows - 1) / batch_rows;
+    return n;
+}
+
 struct stream_plan {
     int units, tpr, G, R, threads, nst, per_sm;
     size_t stage, xbytes, ring, smem;
@@ -965,12 +996,12 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
     pl->threads = pl->G * pl->tpr;
     if ((size_t)pl->G * rb > GEMV_STAGE_MAX) return 0;
     /* a small job keeps at least two batches per SM where it can (more CTAs busy, a shorter tail) */
-    const int64_t nprob = (int64_t)job_mats(j) * j->nvec, sms = g_sms > 0 ? g_sms : 132;
+    const int64_t sms = g_sms > 0 ? g_sms : 132;
     /* the activation row is staged (when the job's pointers allow it, see nf_cuda_gemv_run) in a last stage
      * extended to its length: the plan counts those bytes, so a long row never falls back to global reads */
     pl->xbytes = ks->stages_x && getenv_stage_x() && getenv_xring() ? (size_t)j->cols * sizeof(float) : 0;
     int rmax = g_rmax_override ? g_rmax_override : 8;
-    while (rmax > 1 && nprob * ((j->rows + pl->G * rmax - 1) / (pl->G * rmax)) < 2 * sms) rmax /= 2;
+    while (rmax > 1 && job_batches(j, pl->G * rmax) < 2 * sms) rmax /= 2;
     static struct {
         uint32_t type;
         int64_t cols;
@@ -1112,7 +1143,7 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     const nf_type_info *ti = nf_type_get(j->type);
     if (!ks) return nf_fail("cuda gemv: type %s unsupported", ti->name ? ti->name : "?");
     if (j->cols <= 0 || j->cols % ti->block_size) return nf_fail("cuda gemv: row length %lld does not fit %s", (long long)j->cols, ti->name);
-    if (j->nvec <= 0 || j->rows <= 0) return 0;
+    if (j->nvec <= 0 || (j->rows <= 0 && !is_flat(j))) return 0;
     const int nmat = job_mats(j);
     if (!nmat || !j->x) return nf_fail("cuda gemv: missing pointer");
     /* the swizzled staging holds one activation row per launch position: no per-matrix rows with it */
@@ -1121,6 +1152,26 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         if (!j->y[m]) return nf_fail("cuda gemv: missing output %d", m);
     if (!g_sms && nf_cuda_gemv_init() < 0) return -1;
     if ((int64_t)nmat * j->nvec > 65535) return nf_fail("cuda gemv: %d vectors x %d matrices is too many for one launch", j->nvec, nmat);
+    if (is_flat(j)) {
+        if (j->nvec != 1 || j->ids || j->smod > 1 || j->xup || j->xnorm || has_xm(j))
+            return nf_fail("cuda gemv: matrices of different heights take one vector and no ids, xm, xup or xnorm");
+        for (int m = 0; m < nmat; m++)
+            if (j->mrows[m] <= 0) return nf_fail("cuda gemv: matrix %d of a flat job has %lld rows", m, (long long)j->mrows[m]);
+        stream_plan pl;
+        if (!plan_stream(j, &pl)) { /* the plain kernel takes one height per launch: one launch per matrix */
+            for (int m = 0; m < nmat; m++) {
+                nf_gemv_job one = *j;
+                memset(one.w, 0, sizeof one.w);
+                memset(one.y, 0, sizeof one.y);
+                memset(one.mrows, 0, sizeof one.mrows);
+                one.w[0] = j->w[m];
+                one.y[0] = j->y[m];
+                one.rows = j->mrows[m];
+                if (nf_cuda_gemv_run(&one, stream) < 0) return -1;
+            }
+            return 0;
+        }
+    }
     gemv_params p;
     memset(&p, 0, sizeof p);
     for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++) {
@@ -1149,6 +1200,15 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         p.wpr = pl.tpr / 32;
         p.batch_rows = pl.G * pl.R;
         p.nbatches = (j->rows + p.batch_rows - 1) / p.batch_rows;
+        if (is_flat(j)) {
+            p.nflat = nmat;
+            p.rows = 0;
+            for (int m = 0; m < nmat; m++) {
+                p.mrows[m] = j->mrows[m];
+                if (m + 1 < NF_CUDA_GEMV_MAX_MATS) p.bstart[m + 1] = p.bstart[m] + (j->mrows[m] + p.batch_rows - 1) / p.batch_rows;
+            }
+            p.nbatches = job_batches(j, p.batch_rows);
+        }
         p.stage_bytes = (int)pl.stage;
         p.nst = pl.nst;
         p.xchunks = (int)(j->cols / 4);
@@ -1158,13 +1218,14 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         p.xnorm = j->xnorm;
         p.xnorm_eps = j->xnorm_eps;
         p.ring_bytes = pl.ring;
-        /* one wave: as many CTAs as fit on the device at once, shared among the problems */
-        int64_t per_prob = (int64_t)g_sms * pl.per_sm / nprob;
+        /* one wave: as many CTAs as fit on the device at once, shared among the problems (a flat job is one) */
+        const int nprob_grid = is_flat(j) ? 1 : nprob;
+        int64_t per_prob = (int64_t)g_sms * pl.per_sm / nprob_grid;
         if (per_prob > p.nbatches) per_prob = p.nbatches;
         if (per_prob < 1) per_prob = 1;
         stream_fn k = pl.k;
         if (getenv_plan_log()) log_plan(j, nmat, &pl, p.stage_x, per_prob);
-        nf_launch(k, dim3((unsigned)per_prob, (unsigned)nprob), dim3((unsigned)pl.threads), pl.smem, s, p);
+        nf_launch(k, dim3((unsigned)per_prob, (unsigned)nprob_grid), dim3((unsigned)pl.threads), pl.smem, s, p);
     } else {
         if (j->xup || j->xnorm) return nf_fail("cuda gemv: SwiGLU or normalised activations need the streaming kernel");
         const int64_t nb = j->cols / ti->block_size;

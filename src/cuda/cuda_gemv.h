@@ -9,7 +9,7 @@
  *
  * A job is up to NF_CUDA_GEMV_MAX_MATS matrices of one shape (gate and up; KDA's q, k and v) times nvec vectors in
  * ONE launch; vector v uses matrix ids[v] (routed experts) or v % smod (per-head matrices of a 3-D tensor) and
- * activation row v / xdiv.
+ * activation row v / xdiv. One vector may also meet matrices of different heights in one launch (mrows).
  *
  * C API (callable from the C library and the tests). Returns 0, or -1 with nf_error(). */
 #ifndef NF_CUDA_GEMV_H
@@ -25,8 +25,8 @@ extern "C" {
 /* The CUDA backend sends products of at most this many vectors here (decode, the routed experts of a token, a
  * short verify); more go to its prefill kernels. */
 #define NF_CUDA_GEMV_MAX_VECTORS 8
-/* matrices of one shape in one job */
-#define NF_CUDA_GEMV_MAX_MATS 4
+/* matrices in one job */
+#define NF_CUDA_GEMV_MAX_MATS 8
 
 typedef struct nf_gemv_job {
     uint32_t type;          /* nf_type of the weights */
@@ -55,6 +55,11 @@ typedef struct nf_gemv_job {
     int ids_settled;
     int64_t ldy;            /* y[m][v * ldy + r] = W_m(v)[r, :] . x(v) */
     int nvec;
+    /* when mrows[0] > 0: matrix m has mrows[m] rows (rows is not used), all on the one activation row x: matrices of
+     * one type and row length but of different heights (KDA's q, k, v, its two gate down-projections and beta) in
+     * one launch, their batches numbered in one sequence over one grid, each row computed exactly as in a job of its
+     * matrix alone. Only with nvec 1, no ids, smod <= 1, no xm, xup or xnorm. */
+    int64_t mrows[NF_CUDA_GEMV_MAX_MATS];
 } nf_gemv_job;
 
 /* Copy the IQ2_XXS tables to the device and prepare the kernels (shared memory limits, SM count) for the

@@ -513,7 +513,14 @@ int nf_cuda_indexer_select(nf_backend *be, int il, nf_state *st, const float *x,
     nf_cuda_mat mk = nf_cuda_mat_of(c, &L->idx_k), mq = nf_cuda_mat_of(c, &L->idx_q_b), mp = nf_cuda_mat_of(c, &L->idx_proj);
     if (nf_cuda_matmul(c, &mk, x, T, n, ik, hd) < 0) return -1;
     if (nf_cuda_layernorm_rows(c, ik, T, hd, hp->indexer_ln_eps, knw, knb, ik) < 0) return -1;
-    if (ig) {
+    /* decode: the gate's and the head weights' projections of x (both f32 in every recipe) in one launch */
+    const bool one_launch = T == 1 && ig;
+    if (one_launch) {
+        nf_cuda_mat mg = nf_cuda_mat_of(c, &L->idx_gate);
+        const nf_cuda_mat *wx[2] = {&mg, &mp};
+        float *yx[2] = {ig, w};
+        if (nf_cuda_matvec_many(c, wx, 2, x, yx) < 0) return -1;
+    } else if (ig) {
         nf_cuda_mat mg = nf_cuda_mat_of(c, &L->idx_gate);
         if (nf_cuda_matmul(c, &mg, x, T, n, ig, hd) < 0) return -1;
     }
@@ -528,7 +535,7 @@ int nf_cuda_indexer_select(nf_backend *be, int il, nf_state *st, const float *x,
               LS->open_gate);
     NF_LAUNCHED();
     if (nf_cuda_matmul(c, &mq, qr, T, hp->q_lora_rank, iq, (int64_t)nh * hd) < 0) return -1;
-    if (nf_cuda_matmul(c, &mp, x, T, n, w, nh) < 0) return -1;
+    if (!one_launch && nf_cuda_matmul(c, &mp, x, T, n, w, nh) < 0) return -1;
     if (nf_cuda_scale(c, w, (int64_t)T * nh, 1.0f / sqrtf((float)nh)) < 0) return -1;
 
     /* scoring and selection over query chunks: keys [chunk][vis_max] stay within IDX_CHUNK_BYTES */

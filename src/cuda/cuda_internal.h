@@ -155,6 +155,11 @@ int nf_cuda_matmul_ex(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t 
  * same kernel, hence the same values, as separate products), else one product each. */
 int nf_cuda_matmul_same(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *x, int64_t ldx, int xdiv,
                         const int32_t *ids, float *const *y, int64_t ldy, int nvec);
+/* y[m] = w[m] x for one activation vector x and nmat 2-D matrices of one type and row length but any heights (a
+ * decode token's projections of one input: KDA's q, k, v, gate down-projections and beta; MLA's q_a and kv_a):
+ * one launch (nf_gemv_job.mrows), each row computed exactly as by its own product; one product each when the
+ * kernels do not take them together or NF_CUDA_FLAT=off. */
+int nf_cuda_matvec_many(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *x, float *const *y);
 /* nf_cuda_matmul_same with matrix m reading its own activations x[m] (same ldx; no ids, xdiv 1) */
 int nf_cuda_matmul_same_x(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *const *x, int64_t ldx,
                           float *const *y, int64_t ldy, int nvec);

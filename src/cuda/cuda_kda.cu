@@ -174,9 +174,21 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
 
     float *u = hist + (size_t)rows * width;
     nf_cuda_mat mq = nf_cuda_mat_of(c, &L->kda_q), mk = nf_cuda_mat_of(c, &L->kda_k), mv = nf_cuda_mat_of(c, &L->kda_v);
+    nf_cuda_mat fa = nf_cuda_mat_of(c, &L->kda_f_a), fb = nf_cuda_mat_of(c, &L->kda_f_b);
+    nf_cuda_mat ga = nf_cuda_mat_of(c, &L->kda_g_a), gb = nf_cuda_mat_of(c, &L->kda_g_b);
+    nf_cuda_mat mb = nf_cuda_mat_of(c, &L->kda_beta);
     const nf_cuda_mat *wqkv[3] = {&mq, &mk, &mv};
     float *yqkv[3] = {u, u + inner, u + 2 * inner};
-    if (nf_cuda_matmul_same(c, wqkv, 3, x, n, 1, nullptr, yqkv, width, T) < 0) return -1;
+    /* decode: every projection of x in one launch (q, k, v, the decay's and output gate's down-projections, beta;
+     * each of the small ones alone cost a launch's fixed time for a few hundred KB); prefill: q, k, v together
+     * here, the others below */
+    if (T == 1) {
+        const nf_cuda_mat *wx[6] = {&mq, &mk, &mv, &fa, &ga, &mb};
+        float *yx[6] = {u, u + inner, u + 2 * inner, tmp, tmpg, beta};
+        if (nf_cuda_matvec_many(c, wx, 6, x, yx) < 0) return -1;
+    } else if (nf_cuda_matmul_same(c, wqkv, 3, x, n, 1, nullptr, yqkv, width, T) < 0) {
+        return -1;
+    }
     if (rows > 0) NF_CU(cudaMemcpyAsync(hist, LS->conv, (size_t)rows * width * sizeof(float), cudaMemcpyDeviceToDevice, s));
     nf_launch(kda_conv_kernel, blocks_for((int64_t)T * width), 256, 0, s, hist, T, K, inner, wq, wk, wv, qkv);
     NF_LAUNCHED();
@@ -185,16 +197,13 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
                               cudaMemcpyDeviceToDevice, s));
     /* the decay's and the output gate's low-rank pairs: both down projections in one launch, both up projections
      * in another (decode; one product each in prefill) */
-    nf_cuda_mat fa = nf_cuda_mat_of(c, &L->kda_f_a), fb = nf_cuda_mat_of(c, &L->kda_f_b);
-    nf_cuda_mat ga = nf_cuda_mat_of(c, &L->kda_g_a), gb = nf_cuda_mat_of(c, &L->kda_g_b);
     const nf_cuda_mat *down[2] = {&fa, &ga}, *up[2] = {&fb, &gb};
     float *low[2] = {tmp, tmpg}, *full[2] = {g, gate};
     const float *low_in[2] = {tmp, tmpg};
-    if (nf_cuda_matmul_same(c, down, 2, x, n, 1, nullptr, low, rank, T) < 0 ||
-        nf_cuda_matmul_same_x(c, up, 2, low_in, rank, full, inner, T) < 0)
+    if (T > 1 && (nf_cuda_matmul_same(c, down, 2, x, n, 1, nullptr, low, rank, T) < 0 ||
+                  nf_cuda_matmul(c, &mb, x, T, n, beta, H) < 0))
         return -1;
-    nf_cuda_mat mb = nf_cuda_mat_of(c, &L->kda_beta);
-    if (nf_cuda_matmul(c, &mb, x, T, n, beta, H) < 0) return -1;
+    if (nf_cuda_matmul_same_x(c, up, 2, low_in, rank, full, inner, T) < 0) return -1;
 
     if (nf_cuda_kda_recurrence(s, NF_KDA_AUTO, LS->S, qkv, g, dt, ssm_a, hp->kda_gate_lower_bound, beta,
                                1.0f / sqrtf((float)hd), o, T, H, hd) < 0)

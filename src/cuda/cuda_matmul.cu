@@ -322,6 +322,30 @@ static int matmul_group(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const
     return run_job(c, &j);
 }
 
+/* NF_CUDA_FLAT=off: products of one vector with matrices of different heights run one launch each (A/B) */
+static bool flat_on(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_FLAT", "off");
+}
+
+int nf_cuda_matvec_many(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *x, float *const *y) {
+    bool one = flat_on() && nmat >= 2 && nmat <= NF_CUDA_GEMV_MAX_MATS;
+    for (int m = 0; m < nmat && one; m++)
+        one = w[m]->w && w[m]->rows > 0 && w[m]->nmat == 1 && w[m]->type == w[0]->type && w[m]->n == w[0]->n;
+    if (!one) {
+        for (int m = 0; m < nmat; m++)
+            if (nf_cuda_matmul_ex(c, w[m], x, w[m]->n, 1, 1, nullptr, y[m], w[m]->rows, 1) < 0) return -1;
+        return 0;
+    }
+    nf_gemv_job j = decode_job(w[0], x, w[0]->n, 1, nullptr, y[0], w[0]->rows, 1);
+    for (int m = 0; m < nmat; m++) {
+        j.w[m] = w[m]->w;
+        j.y[m] = y[m];
+        j.mrows[m] = w[m]->rows;
+    }
+    return run_job(c, &j);
+}
+
 int nf_cuda_matmul_same(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, const float *x, int64_t ldx, int xdiv,
                         const int32_t *ids, float *const *y, int64_t ldy, int nvec) {
     return matmul_group(c, w, nmat, x, nullptr, ldx, xdiv, ids, y, ldy, nvec, true);

@@ -42,10 +42,17 @@ int nf_cuda_mla_project(nf_backend *be, int il, nf_state *st, const float *x, in
     float *kv = sc.get<float>((size_t)T * kv_rows);
     if (!kv) return nf_fail("cuda mla: out of device memory");
     nf_cuda_mat qa = nf_cuda_mat_of(c, &L->q_a), qb = nf_cuda_mat_of(c, &L->q_b), ka = nf_cuda_mat_of(c, &L->kv_a);
-    if (nf_cuda_matmul(c, &qa, x, T, n, qr, ql) < 0) return -1;
+    /* decode: both projections of x in one launch */
+    if (T == 1) {
+        const nf_cuda_mat *wx[2] = {&qa, &ka};
+        float *yx[2] = {qr, kv};
+        if (nf_cuda_matvec_many(c, wx, 2, x, yx) < 0) return -1;
+    } else if (nf_cuda_matmul(c, &qa, x, T, n, qr, ql) < 0) {
+        return -1;
+    }
     if (nf_cuda_rmsnorm_rows(c, qr, ql, T, ql, hp->rms_eps, qan, qr, ql) < 0) return -1;
     if (nf_cuda_matmul(c, &qb, qr, T, ql, q, (int64_t)hp->n_head * hp->qk_nope_dim) < 0) return -1;
-    if (nf_cuda_matmul(c, &ka, x, T, n, kv, kv_rows) < 0) return -1;
+    if (T > 1 && nf_cuda_matmul(c, &ka, x, T, n, kv, kv_rows) < 0) return -1;
     return nf_cuda_rmsnorm_rows(c, kv, kv_rows, T, kl, hp->rms_eps, kvn, LS->latent + (size_t)st->pos * kl, kl);
 }
 

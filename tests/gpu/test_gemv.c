@@ -133,9 +133,18 @@ typedef struct {
     int woff;                   /* weights start this many bytes after an aligned address */
     int64_t distinct;           /* distinct weight rows (tiled) */
     int sample;                 /* check every sample-th row (plus the last 64) */
-    int fuse;                   /* 0 none; FUSE_XM per-matrix activations, FUSE_SWIGLU xup, FUSE_NORM xnorm */
+    int fuse;                   /* 0 none; FUSE_XM per-matrix activations, FUSE_SWIGLU xup, FUSE_NORM xnorm,
+                                 * FUSE_FLAT matrices of different heights on one vector (nf_gemv_job.mrows) */
 } job_case;
-enum { FUSE_XM = 1, FUSE_SWIGLU = 2, FUSE_NORM = 3 };
+enum { FUSE_XM = 1, FUSE_SWIGLU = 2, FUSE_NORM = 3, FUSE_FLAT = 4 };
+
+/* heights of a FUSE_FLAT case's matrices: the case's rows, then uneven fractions of it (batch-sized and not, down
+ * to one row), so that batches of several matrices meet in one grid and partial last batches occur */
+static int64_t flat_rows(int64_t rows, int m) {
+    static const int64_t num[8] = {1, 1, 1, 1, 3, 1, 5, 1}, den[8] = {1, 3, 2, 64, 7, 1000000, 16, 1};
+    const int64_t r = rows * num[m] / den[m] + (m == 2 ? 3 : 0);
+    return r < 1 ? 1 : r > rows ? rows : r;
+}
 #define SWIGLU_LIMIT 10.0f
 #define NORM_EPS 1e-6f
 
@@ -240,27 +249,46 @@ static int check_case(uint32_t type, const job_case *jc) {
         CHECK(cudaMemcpy(dids, ids, sizeof ids, cudaMemcpyHostToDevice));
         j.ids = dids;
     }
+    if (jc->fuse == FUSE_FLAT)
+        for (int m = 0; m < jc->nmat; m++) j.mrows[m] = flat_rows(rows, m);
     const int streams = nf_cuda_gemv_streams(&j);
+    if (jc->fuse == FUSE_FLAT) taken = streams; /* the shapes of this test stream: one launch, not the fallback */
     if (!taken) {
         printf("gemv %-8s %-10s: the fused job is not taken by the kernels  FAIL\n", nf_type_get(type)->name, jc->name);
         return 0;
     }
     if (nf_cuda_gemv_run(&j, NULL)) nf_die("%s", nf_error());
     CHECK(cudaDeviceSynchronize());
-    float *y = nf_xmalloc(ybytes);
+    float *y = nf_xmalloc(ybytes), *y1 = nf_xmalloc(ybytes);
     double worst = 0;
-    int64_t bad_rows = 0, pad_bad = 0, worst_r = -1;
+    int64_t bad_rows = 0, pad_bad = 0, worst_r = -1, not_same = 0;
     int worst_v = 0, worst_m = 0, zero_bad = 0;
     for (int m = 0; m < jc->nmat; m++) {
         CHECK(cudaMemcpy(y, dy[m], ybytes, cudaMemcpyDeviceToHost));
+        const int64_t mr = jc->fuse == FUSE_FLAT ? j.mrows[m] : rows; /* rows of this matrix */
+        if (jc->fuse == FUSE_FLAT) {
+            /* the same bits as a job of this matrix alone */
+            nf_gemv_job one = j;
+            memset(one.w, 0, sizeof one.w);
+            memset(one.y, 0, sizeof one.y);
+            memset(one.mrows, 0, sizeof one.mrows);
+            one.w[0] = dw[m];
+            one.y[0] = dy[m];
+            one.rows = mr;
+            CHECK(cudaMemset(dy[m], 0xff, ybytes));
+            if (nf_cuda_gemv_run(&one, NULL)) nf_die("%s", nf_error());
+            CHECK(cudaDeviceSynchronize());
+            CHECK(cudaMemcpy(y1, dy[m], ybytes, cudaMemcpyDeviceToHost));
+            not_same += memcmp(y, y1, sizeof(float) * (size_t)mr) != 0;
+        }
         if (dump_file() && fwrite(y, 1, ybytes, dump_file()) != ybytes) nf_die("test_gemv: NF_GEMV_DUMP write failed");
         for (int v = 0; v < jc->nvec; v++) {
             const int64_t sl = jc->use_ids ? ids[v] : v % (jc->smod > 1 ? jc->smod : 1);
             const double *xv = xeff[jc->fuse == FUSE_XM ? m : 0] + (size_t)(v / xdiv) * ldx;
-            for (int64_t r = 0; r < rows; r++) {
+            for (int64_t r = 0; r < mr; r++) {
                 const float got = y[(size_t)v * ldy + r];
                 if (isnan(got)) { bad_rows++; continue; }
-                if (r % jc->sample && r < rows - 64) continue;
+                if (r % jc->sample && r < mr - 64) continue;
                 const float *w = rs.deq + cols * src_row(&rs, m, sl, rows, r);
                 double ref = 0, mag = 0;
                 for (int64_t c = 0; c < cols; c++) {
@@ -272,17 +300,18 @@ static int check_case(uint32_t type, const job_case *jc) {
                 if (!(err <= worst) && mag > 0) { worst = err; worst_r = r; worst_v = v; worst_m = m; }
                 if (mag == 0 && got != 0.f) zero_bad++;
             }
-            for (int64_t r = rows; r < ldy; r++) pad_bad += !isnan(y[(size_t)v * ldy + r]);
+            for (int64_t r = mr; r < ldy; r++) pad_bad += !isnan(y[(size_t)v * ldy + r]);
         }
         for (int i = 0; i < 64; i++) pad_bad += !isnan(y[(size_t)jc->nvec * ldy + i]);
     }
-    const int ok = worst < TOL && !bad_rows && !pad_bad && !zero_bad;
+    const int ok = worst < TOL && !bad_rows && !pad_bad && !zero_bad && !not_same;
     printf("gemv %-8s %-10s %6lldx%-5lld x%lld nmat %d nvec %d %-6s max |gpu-ref|/sum|wx| %.2e", nf_type_get(type)->name,
            jc->name, (long long)rows, (long long)cols, (long long)slices, jc->nmat, jc->nvec, streams ? "stream" : "plain",
            worst);
     if (bad_rows) printf(", %lld rows not written", (long long)bad_rows);
     if (pad_bad) printf(", %lld writes outside the outputs", (long long)pad_bad);
     if (zero_bad) printf(", %d nonzero results of a zero product", zero_bad);
+    if (not_same) printf(", %lld matrices differ from their own job's bits", (long long)not_same);
     if (!ok && worst_r >= 0) printf(" (worst: matrix %d vector %d row %lld)", worst_m, worst_v, (long long)worst_r);
     printf("  %s\n", ok ? "ok" : "FAIL");
     for (int m = 0; m < jc->nmat; m++) { cudaFree(dw[m] - jc->woff); cudaFree(dy[m]); }
@@ -292,6 +321,7 @@ static int check_case(uint32_t type, const job_case *jc) {
     for (int k = 0; k < nsets; k++) free(xset[k]);
     for (int k = 0; k < NF_CUDA_GEMV_MAX_MATS; k++) free(xeff[k]);
     free(y);
+    free(y1);
     free_rows(&rs);
     return ok;
 }
@@ -546,7 +576,10 @@ static void run_bench(void) {
         {"xm_stream", 64, 1024, 1, 3, 2, 1, 1, 0, 0, 0, 64, 1, FUSE_XM}, \
         {"swiglu_ids", 256, 2048, 12, 1, 8, 1, 1, 1, 0, 0, 256, 1, FUSE_SWIGLU}, \
         {"swiglu_long", 40, 12288, 1, 1, 1, 1, 1, 0, 0, 0, 40, 1, FUSE_SWIGLU}, \
-        {"xnorm", 24, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 24, 1, FUSE_NORM},
+        {"xnorm", 24, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 24, 1, FUSE_NORM}, \
+        /* one vector, matrices of different heights in one launch (KDA's six projections of x, MLA's two) */ \
+        {"flat6", 520, 4096, 1, 6, 1, 1, 1, 0, 0, 0, 520, 1, FUSE_FLAT}, \
+        {"flat2", 300, 2048, 1, 2, 1, 1, 1, 0, 0, 0, 300, 1, FUSE_FLAT},
 
 int nf_gpu_test_gemv(int bench) {
     if (nf_cuda_gemv_init()) nf_die("%s", nf_error());
