@@ -42,6 +42,41 @@ __global__ void kda_conv_kernel(const float *hist, int T, int K, int inner, cons
     }
 }
 
+/* The same convolution for a few tokens (decode, short verify blocks) on the layer's conv state in place: one thread
+ * per channel reads its K - 1 history values and its T new values, writes the T outputs (kda_conv_kernel's products
+ * and additions in its order, so the same bits) and then the channel's new state, the last K - 1 of those values.
+ * No copies of the state through a scratch history: stream copies keep plain stream order and so cut the
+ * programmatic launch chain (cuda_launch.h) twice per KDA layer. */
+#define KDA_CONV_STEP_MAX 16 /* K - 1 + T at most: decode and short verify blocks */
+__global__ void kda_conv_step_kernel(float *conv, const float *u, int T, int K, int inner, const float *wq,
+                                     const float *wk, const float *wv, float *qkv) {
+    NF_PDL_ENTER();
+    const int width = 3 * inner, rows = K - 1;
+    for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < width; ch += gridDim.x * blockDim.x) {
+        const int part = ch / inner, cc = ch % inner;
+        const float *w = (part == 0 ? wq : part == 1 ? wk : wv) + (size_t)cc * K;
+        /* value r of the channel's history: the state's rows, then the new tokens */
+        auto hist = [&](int r) { return r < rows ? conv[(size_t)r * width + ch] : u[(size_t)(r - rows) * width + ch]; };
+        for (int t = 0; t < T; t++) {
+            float s = 0.0f;
+            for (int j0 = 0; j0 < K; j0 += 4) {
+                float wv4[4], hv[4];
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    wv4[q] = j0 + q < K ? w[j0 + q] : 0.0f;
+                    hv[q] = j0 + q < K ? hist(t + j0 + q) : 0.0f;
+                }
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    if (j0 + q < K) s = __fadd_rn(s, __fmul_rn(wv4[q], hv[q]));
+            }
+            qkv[(size_t)t * width + ch] = nf_d_silu(s);
+        }
+        /* the new state: values T .. T + rows - 1; row r reads value r + T > r, not yet overwritten */
+        for (int r = 0; r < rows; r++) conv[(size_t)r * width + ch] = hist(r + T);
+    }
+}
+
 /* The fused path of nf_cuda_kda_recurrence (cuda_kda.h): the delta-rule recurrence with its per-token inputs
  * prepared on the fly (in the CPU's operations, src/cpu/kda.c):
  * q and k L2-normalised (q times qscale), e = exp(gate(g_raw + dt)), beta = sigmoid(beta_raw). Block
@@ -148,6 +183,12 @@ extern "C" int nf_cuda_kda_recurrence(cudaStream_t s, int path, float *S, float 
     return 0;
 }
 
+/* NF_CUDA_KDA_CONV_STEP=off: decode convolves through the scratch history and two state copies, as prefill does (A/B) */
+static bool conv_step_on(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_KDA_CONV_STEP", "off");
+}
+
 int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y) {
     nf_cuda *c = nf_cuda_of(be);
     if (nf_cuda_state_check(st) < 0) return -1;
@@ -189,12 +230,17 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
     } else if (nf_cuda_matmul_same(c, wqkv, 3, x, n, 1, nullptr, yqkv, width, T) < 0) {
         return -1;
     }
-    if (rows > 0) NF_CU(cudaMemcpyAsync(hist, LS->conv, (size_t)rows * width * sizeof(float), cudaMemcpyDeviceToDevice, s));
-    nf_launch(kda_conv_kernel, blocks_for((int64_t)T * width), 256, 0, s, hist, T, K, inner, wq, wk, wv, qkv);
-    NF_LAUNCHED();
-    if (rows > 0)
-        NF_CU(cudaMemcpyAsync(LS->conv, hist + (size_t)T * width, (size_t)rows * width * sizeof(float),
-                              cudaMemcpyDeviceToDevice, s));
+    if (rows + T <= KDA_CONV_STEP_MAX && conv_step_on()) {
+        nf_launch(kda_conv_step_kernel, blocks_for(width), 256, 0, s, LS->conv, u, T, K, inner, wq, wk, wv, qkv);
+        NF_LAUNCHED();
+    } else {
+        if (rows > 0) NF_CU(cudaMemcpyAsync(hist, LS->conv, (size_t)rows * width * sizeof(float), cudaMemcpyDeviceToDevice, s));
+        nf_launch(kda_conv_kernel, blocks_for((int64_t)T * width), 256, 0, s, hist, T, K, inner, wq, wk, wv, qkv);
+        NF_LAUNCHED();
+        if (rows > 0)
+            NF_CU(cudaMemcpyAsync(LS->conv, hist + (size_t)T * width, (size_t)rows * width * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, s));
+    }
     /* the decay's and the output gate's low-rank pairs: both down projections in one launch, both up projections
      * in another (decode; one product each in prefill) */
     const nf_cuda_mat *down[2] = {&fa, &ga}, *up[2] = {&fb, &gb};
