@@ -76,17 +76,8 @@ const float *nf_cuda_vec(nf_cuda *c, const nf_tensor *t) {
 }
 
 /* ---- activation memory ---- */
-static void *cu_alloc(nf_backend *be, size_t bytes) {
-    nf_cuda *c = nf_cuda_of(be);
-    if (c->capturing) return nf_cuda_arena_get(c, bytes ? bytes : 1);
-    void *p = nullptr;
-    if (cudaMallocAsync(&p, bytes ? bytes : 1, c->stream) != cudaSuccess) return nullptr;
-    return p;
-}
-static void cu_release(nf_backend *be, void *p) {
-    nf_cuda *c = nf_cuda_of(be);
-    if (p && !nf_cuda_in_arena(c, p)) cudaFreeAsync(p, c->stream);
-}
+static void *cu_alloc(nf_backend *be, size_t bytes) { return nf_cuda_alloc(nf_cuda_of(be), bytes); }
+static void cu_release(nf_backend *be, void *p) { nf_cuda_release(nf_cuda_of(be), p); }
 static int cu_to_host(nf_backend *be, void *dst, const void *src, size_t bytes) {
     nf_cuda *c = nf_cuda_of(be);
     NF_CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
@@ -426,6 +417,10 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
         be->graph_begin = nf_cuda_graph_begin;
         be->graph_end = nf_cuda_graph_end;
         be->graph_abort = nf_cuda_graph_abort;
+    } else {
+        /* graphs keep the arena's addresses between recordings; without them direct launches may use it */
+        const char *a = getenv("NF_CUDA_STEP_ARENA");
+        c->direct_arena = !(a && !strcmp(a, "off"));
     }
     return be;
 }

@@ -14,6 +14,10 @@
  * few points (a pool completing every kpool tokens, the dense/sparse regime of attention), so a handful of cached
  * executables cover them; a miss instantiates a new one and evicts the least recently used.
  *
+ * Without graphs the same arena serves direct launches (nf_cuda_alloc / nf_cuda_release): small allocations are
+ * bump-allocated while any is live and the arena resets when the last is released (the end of every forward), so
+ * a decode step enqueues no stream-ordered allocation or free between its kernels.
+ *
  * Failure: a capture that could not be completed (the arena was too small, or some call is not allowed while
  * capturing, e.g. a lazy one-time conversion of a tensor) launched nothing and left the state untouched (the
  * blocks change no host-side state); graph_end then returns 1, the forward redoes the step with direct launches,
@@ -43,6 +47,44 @@ void *nf_cuda_arena_get(nf_cuda *c, size_t bytes) {
     if (!c->arena || at + bytes > c->arena_cap) return nullptr;
     c->arena_used = at + bytes;
     return c->arena + at;
+}
+
+static int grow_arena(nf_cuda *c, size_t need);
+
+/* direct launches: the arena takes allocations up to this size while the arena (at most NF_CUDA_ARENA_MAX bytes)
+ * has room; larger ones (prefill activations) go to the stream-ordered pool and do not grow it */
+#define NF_CUDA_ARENA_ITEM_MAX ((size_t)8 << 20)
+#define NF_CUDA_ARENA_MAX ((size_t)64 << 20)
+
+void *nf_cuda_alloc(nf_cuda *c, size_t bytes) {
+    if (!bytes) bytes = 1;
+    if (c->capturing) return nf_cuda_arena_get(c, bytes);
+    if (c->direct_arena && bytes <= NF_CUDA_ARENA_ITEM_MAX) {
+        if (!c->arena_live && c->arena_need > c->arena_cap && grow_arena(c, c->arena_need) < 0) (void)cudaGetLastError();
+        const size_t need_before = c->arena_need;
+        void *p = nf_cuda_arena_get(c, bytes);
+        if (c->arena_need > NF_CUDA_ARENA_MAX) c->arena_need = need_before > NF_CUDA_ARENA_MAX ? NF_CUDA_ARENA_MAX : need_before;
+        if (p) {
+            c->arena_live++;
+            c->arena_hits++;
+            return p;
+        }
+    }
+    if (!c->capturing) c->arena_misses++;
+    void *p = nullptr;
+    if (cudaMallocAsync(&p, bytes, c->stream) != cudaSuccess) return nullptr;
+    return p;
+}
+
+void nf_cuda_release(nf_cuda *c, void *p) {
+    if (!p) return;
+    if (!nf_cuda_in_arena(c, p)) {
+        cudaFreeAsync(p, c->stream);
+        return;
+    }
+    /* a graph's arena resets at the next recording; the direct arena when its last allocation is given back (its
+     * memory is then reused by later work on the same stream, which runs after every earlier use) */
+    if (!c->capturing && c->direct_arena && c->arena_live > 0 && --c->arena_live == 0) c->arena_used = 0;
 }
 
 static int grow_arena(nf_cuda *c, size_t need) {
@@ -154,6 +196,11 @@ void nf_cuda_graph_free(nf_cuda *c) {
         free(gc);
         c->gcache = nullptr;
     }
+    /* NF_CUDA_ARENA_STATS=1: whether direct launches took their memory from the arena (an A/B whose arm never
+     * used it would measure nothing) */
+    if (getenv("NF_CUDA_ARENA_STATS"))
+        fprintf(stderr, "cuda arena: direct %s, %llu allocations from the arena, %llu from the pool, arena %zu bytes (need %zu)\n",
+                c->direct_arena ? "on" : "off", c->arena_hits, c->arena_misses, c->arena_cap, c->arena_need);
     if (c->arena) cudaFree(c->arena);
     c->arena = nullptr;
     c->arena_cap = 0;

@@ -66,6 +66,12 @@ struct nf_cuda {
     int ids_settled;
     uint8_t *arena;
     size_t arena_cap, arena_used, arena_need;
+    /* direct launches (no graphs): small allocations also come from the arena, bump-allocated while any is live
+     * and reset when the last is released (the end of every forward), so a decode step puts no stream-ordered
+     * allocation or free between its kernels (nf_cuda_alloc); 0 when graphs own the arena or NF_CUDA_STEP_ARENA=off */
+    int direct_arena;
+    int arena_live;             /* live direct-mode arena allocations */
+    unsigned long long arena_hits, arena_misses; /* direct-mode allocations served by the arena / by the pool */
     struct nf_cuda_graph_cache *gcache;
 };
 
@@ -77,6 +83,11 @@ void *nf_cuda_arena_get(nf_cuda *c, size_t bytes);
 static inline int nf_cuda_in_arena(const nf_cuda *c, const void *p) {
     return c->arena && (const uint8_t *)p >= c->arena && (const uint8_t *)p < c->arena + c->arena_cap;
 }
+/* Activation and scratch memory on the backend's stream: from the arena while capturing a graph or, in direct
+ * launches, for allocations of at most NF_CUDA_ARENA_ITEM_MAX bytes while the arena has room (cuda_graph.cu); else
+ * cudaMallocAsync. nf_cuda_release gives back either kind (stream-ordered). NULL when out of memory. */
+void *nf_cuda_alloc(nf_cuda *c, size_t bytes);
+void nf_cuda_release(nf_cuda *c, void *p);
 /* The backend's graph operations (backend.h: graph_begin / graph_end / graph_abort) and their cleanup. */
 int nf_cuda_graph_begin(nf_backend *be);
 int nf_cuda_graph_end(nf_backend *be);
@@ -100,15 +111,13 @@ struct nf_cuda_scratch {
     int n;
     explicit nf_cuda_scratch(nf_cuda *cc) : c(cc), n(0) {}
     template <class T> T *get(size_t count) {
-        void *q = nullptr;
         if (n == 24) return nullptr;
-        if (c->capturing) return (T *)nf_cuda_arena_get(c, count * sizeof(T) + 64); /* freed with the arena */
-        if (cudaMallocAsync(&q, count * sizeof(T) + 64, c->stream) != cudaSuccess) return nullptr;
-        p[n++] = q;
+        void *q = nf_cuda_alloc(c, count * sizeof(T) + 64);
+        if (q) p[n++] = q;
         return (T *)q;
     }
     ~nf_cuda_scratch() {
-        for (int i = 0; i < n; i++) cudaFreeAsync(p[i], c->stream);
+        for (int i = n - 1; i >= 0; i--) nf_cuda_release(c, p[i]);
     }
 };
 
