@@ -13,6 +13,31 @@ static unsigned blocks_for(int64_t n) {
     return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
+/* One output of the causal conv, before its SiLU: sum over taps j < K of w[j] * h(t + j), in index order with
+ * unfused products, the taps in groups of 4 whose loads are issued together (glm53: K = 4, one round trip instead
+ * of K). Both conv kernels use it, so they produce the same bits. */
+template <class H> __device__ __forceinline__ float conv_taps(const float *w, int K, int t, H h) {
+    float s = 0.0f;
+    for (int j0 = 0; j0 < K; j0 += 4) {
+        float wv[4], hv[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            wv[u] = j0 + u < K ? w[j0 + u] : 0.0f;
+            hv[u] = j0 + u < K ? h(t + j0 + u) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            if (j0 + u < K) s = __fadd_rn(s, __fmul_rn(wv[u], hv[u]));
+    }
+    return s;
+}
+
+/* the conv weights (K taps) of channel ch of q, k, v */
+__device__ __forceinline__ const float *conv_weights(int ch, int inner, int K, const float *wq, const float *wk, const float *wv) {
+    const int part = ch / inner, cc = ch % inner;
+    return (part == 0 ? wq : part == 1 ? wk : wv) + (size_t)cc * K;
+}
+
 /* qkv[t][c] = silu(sum_j w[c][j] hist[t + j][c]) over the 3 * inner channels */
 __global__ void kda_conv_kernel(const float *hist, int T, int K, int inner, const float *wq, const float *wk,
                                 const float *wv, float *qkv) {
@@ -22,29 +47,14 @@ __global__ void kda_conv_kernel(const float *hist, int T, int K, int inner, cons
     for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int t = (int)(idx / width), ch = (int)(idx % width);
-        const int part = ch / inner, cc = ch % inner;
-        const float *w = (part == 0 ? wq : part == 1 ? wk : wv) + (size_t)cc * K;
-        /* taps in groups of 4 whose loads are issued together (glm53: K = 4, one round trip instead of K), the
-         * same products and additions in the same order */
-        float s = 0.0f;
-        for (int j0 = 0; j0 < K; j0 += 4) {
-            float wv[4], hv[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                wv[u] = j0 + u < K ? w[j0 + u] : 0.0f;
-                hv[u] = j0 + u < K ? hist[(size_t)(t + j0 + u) * width + ch] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++)
-                if (j0 + u < K) s = __fadd_rn(s, __fmul_rn(wv[u], hv[u]));
-        }
-        qkv[idx] = nf_d_silu(s);
+        const float *w = conv_weights(ch, inner, K, wq, wk, wv);
+        qkv[idx] = nf_d_silu(conv_taps(w, K, t, [&](int r) { return hist[(size_t)r * width + ch]; }));
     }
 }
 
 /* The same convolution for a few tokens (decode, short verify blocks) on the layer's conv state in place: one thread
- * per channel reads its K - 1 history values and its T new values, writes the T outputs (kda_conv_kernel's products
- * and additions in its order, so the same bits) and then the channel's new state, the last K - 1 of those values.
+ * per channel reads its K - 1 history values and its T new values, writes the T outputs (conv_taps, so the same
+ * bits as kda_conv_kernel) and then the channel's new state, the last K - 1 of those values.
  * No copies of the state through a scratch history: stream copies keep plain stream order and so cut the
  * programmatic launch chain (cuda_launch.h) twice per KDA layer. */
 #define KDA_CONV_STEP_MAX 16 /* K - 1 + T at most: decode and short verify blocks */
@@ -53,25 +63,10 @@ __global__ void kda_conv_step_kernel(float *conv, const float *u, int T, int K, 
     NF_PDL_ENTER();
     const int width = 3 * inner, rows = K - 1;
     for (int ch = blockIdx.x * blockDim.x + threadIdx.x; ch < width; ch += gridDim.x * blockDim.x) {
-        const int part = ch / inner, cc = ch % inner;
-        const float *w = (part == 0 ? wq : part == 1 ? wk : wv) + (size_t)cc * K;
+        const float *w = conv_weights(ch, inner, K, wq, wk, wv);
         /* value r of the channel's history: the state's rows, then the new tokens */
         auto hist = [&](int r) { return r < rows ? conv[(size_t)r * width + ch] : u[(size_t)(r - rows) * width + ch]; };
-        for (int t = 0; t < T; t++) {
-            float s = 0.0f;
-            for (int j0 = 0; j0 < K; j0 += 4) {
-                float wv4[4], hv[4];
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    wv4[q] = j0 + q < K ? w[j0 + q] : 0.0f;
-                    hv[q] = j0 + q < K ? hist(t + j0 + q) : 0.0f;
-                }
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-                    if (j0 + q < K) s = __fadd_rn(s, __fmul_rn(wv4[q], hv[q]));
-            }
-            qkv[(size_t)t * width + ch] = nf_d_silu(s);
-        }
+        for (int t = 0; t < T; t++) qkv[(size_t)t * width + ch] = nf_d_silu(conv_taps(w, K, t, hist));
         /* the new state: values T .. T + rows - 1; row r reads value r + T > r, not yet overwritten */
         for (int r = 0; r < rows; r++) conv[(size_t)r * width + ch] = hist(r + T);
     }

@@ -1,7 +1,7 @@
 # session 9, device call 2 (refused: no machine was lent for the rest of session 9; for the next session's first
 # call, with .nfcarry.tar.xz rebuilt by scripts/gpu-carry-ab.sh): nf-ab of the session start (2771b2a) against
 # main (flat GEMV jobs, the in-place KDA conv step), A/A, nf-ab exact, step dumps and alternation of
-# NF_CUDA_FLAT / NF_CUDA_KDA_CONV_STEP off against on inside main's build, the full GPU tests, the ncu decode table
+# NF_CUDA_FLAT / NF_CUDA_KDA_CONV_STEP / NF_CUDA_STEP_ARENA off against on inside main's build, the full GPU tests, the ncu decode table
 set -x
 W=/tmp/w; R=$W/r; mkdir -p $R; C=/tmp/c; mkdir -p $C; tar xJf .nfcarry.tar.xz -C $C
 export NF_BUILD=$C
@@ -24,11 +24,11 @@ timeout 120 scripts/nf-ab exact --arm base=/tmp/arms/base --arm new=/tmp/arms/ne
 save
 BB="--backend cuda --synthetic glm53:q2 --frontiers 2048 --gen 32 --chunk 2048 --warmup 16"
 # variants inside main's build: all on, flat off, conv step off (the same bits expected: cmp rc 0)
-var() { case $1 in on) echo "NF_CUDA_FLAT=on";; flatoff) echo "NF_CUDA_FLAT=off";; convoff) echo "NF_CUDA_KDA_CONV_STEP=off";; esac; }
-for m in on flatoff convoff; do env $(var $m) timeout 60 $C/nf-bench $BB --dump-steps $R/dump-$m.jsonl --dump-topk 200 > $R/dump-$m.csv 2>$R/dump-$m.err; done
-for m in flatoff convoff; do cmp $R/dump-on.jsonl $R/dump-$m.jsonl > $R/dump-cmp-$m.txt 2>&1; echo "cmp rc=$?" >> $R/dump-cmp-$m.txt; done
+var() { case $1 in on) echo "NF_CUDA_ARENA_STATS=1";; flatoff) echo "NF_CUDA_FLAT=off";; convoff) echo "NF_CUDA_KDA_CONV_STEP=off";; arenaoff) echo "NF_CUDA_STEP_ARENA=off";; esac; }
+for m in on flatoff convoff arenaoff; do env $(var $m) timeout 60 $C/nf-bench $BB --dump-steps $R/dump-$m.jsonl --dump-topk 200 > $R/dump-$m.csv 2>$R/dump-$m.err; done
+for m in flatoff convoff arenaoff; do cmp $R/dump-on.jsonl $R/dump-$m.jsonl > $R/dump-cmp-$m.txt 2>&1; echo "cmp rc=$?" >> $R/dump-cmp-$m.txt; done
 xz -9 $R/dump-*.jsonl
-i=0; for m in on flatoff convoff convoff flatoff on on flatoff convoff; do i=$((i+1)); env $(var $m) timeout 60 $C/nf-bench $BB > $R/alt-$i-$m.csv 2>/dev/null; done
+i=0; for m in on flatoff convoff arenaoff arenaoff convoff flatoff on on flatoff convoff arenaoff; do i=$((i+1)); env $(var $m) timeout 60 $C/nf-bench $BB > $R/alt-$i-$m.csv 2>/dev/null; done
 save
 timeout 170 $C/nf-gpu-tests > $R/gpu-tests.txt 2>&1; echo "rc=$?" >> $R/gpu-tests.txt
 save
