@@ -1138,6 +1138,17 @@ extern "C" int nf_cuda_gemv_stages_x(const nf_gemv_job *j) {
     return plan_stream(j, &pl) && stages_x(j, &pl);
 }
 
+extern "C" nf_gemv_job nf_cuda_gemv_one_of(const nf_gemv_job *flat, int m) {
+    nf_gemv_job one = *flat;
+    memset(one.w, 0, sizeof one.w);
+    memset(one.y, 0, sizeof one.y);
+    memset(one.mrows, 0, sizeof one.mrows);
+    one.w[0] = flat->w[m];
+    one.y[0] = flat->y[m];
+    one.rows = flat->mrows[m];
+    return one;
+}
+
 extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     const stream_kernels *ks = kernels_of(j->type);
     const nf_type_info *ti = nf_type_get(j->type);
@@ -1160,13 +1171,7 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         stream_plan pl;
         if (!plan_stream(j, &pl)) { /* the plain kernel takes one height per launch: one launch per matrix */
             for (int m = 0; m < nmat; m++) {
-                nf_gemv_job one = *j;
-                memset(one.w, 0, sizeof one.w);
-                memset(one.y, 0, sizeof one.y);
-                memset(one.mrows, 0, sizeof one.mrows);
-                one.w[0] = j->w[m];
-                one.y[0] = j->y[m];
-                one.rows = j->mrows[m];
+                const nf_gemv_job one = nf_cuda_gemv_one_of(j, m);
                 if (nf_cuda_gemv_run(&one, stream) < 0) return -1;
             }
             return 0;

@@ -71,6 +71,8 @@ int nf_cuda_gemv_supports(uint32_t type);
 /* Launch a job on `stream` (a cudaStream_t, NULL for the default stream). Any shape the format allows runs;
  * shapes nf_cuda_gemv_streams() accepts take the streaming kernels, the others a plain warp-per-row kernel. */
 int nf_cuda_gemv_run(const nf_gemv_job *job, void *stream);
+/* Matrix m of a flat job (mrows) as a job of its own: the same row values, one launch per matrix. */
+nf_gemv_job nf_cuda_gemv_one_of(const nf_gemv_job *flat, int m);
 /* 1 when the job takes the streaming kernels: a supported type, weights, row and slice bytes 16-byte aligned,
  * the row length a multiple of the kernel's unit (256 for Q8_0, Q6_K, Q2_K, IQ2_XXS at the alignment above)
  * and rows of at most ~48 KiB. */

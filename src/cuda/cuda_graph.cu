@@ -60,10 +60,9 @@ void *nf_cuda_alloc(nf_cuda *c, size_t bytes) {
     if (!bytes) bytes = 1;
     if (c->capturing) return nf_cuda_arena_get(c, bytes);
     if (c->direct_arena && bytes <= NF_CUDA_ARENA_ITEM_MAX) {
-        if (!c->arena_live && c->arena_need > c->arena_cap && grow_arena(c, c->arena_need) < 0) (void)cudaGetLastError();
-        const size_t need_before = c->arena_need;
+        const size_t want = c->arena_need < NF_CUDA_ARENA_MAX ? c->arena_need : NF_CUDA_ARENA_MAX;
+        if (!c->arena_live && want > c->arena_cap && grow_arena(c, want) < 0) (void)cudaGetLastError();
         void *p = nf_cuda_arena_get(c, bytes);
-        if (c->arena_need > NF_CUDA_ARENA_MAX) c->arena_need = need_before > NF_CUDA_ARENA_MAX ? NF_CUDA_ARENA_MAX : need_before;
         if (p) {
             c->arena_live++;
             c->arena_hits++;

@@ -268,13 +268,7 @@ static int check_case(uint32_t type, const job_case *jc) {
         const int64_t mr = jc->fuse == FUSE_FLAT ? j.mrows[m] : rows; /* rows of this matrix */
         if (jc->fuse == FUSE_FLAT) {
             /* the same bits as a job of this matrix alone */
-            nf_gemv_job one = j;
-            memset(one.w, 0, sizeof one.w);
-            memset(one.y, 0, sizeof one.y);
-            memset(one.mrows, 0, sizeof one.mrows);
-            one.w[0] = dw[m];
-            one.y[0] = dy[m];
-            one.rows = mr;
+            const nf_gemv_job one = nf_cuda_gemv_one_of(&j, m);
             CHECK(cudaMemset(dy[m], 0xff, ybytes));
             if (nf_cuda_gemv_run(&one, NULL)) nf_die("%s", nf_error());
             CHECK(cudaDeviceSynchronize());
