@@ -30,7 +30,7 @@ CUDART  := -lcudart_static -ldl -lrt
 else
 MARCH   := -march=native
 LDLIBS  += -lm -lpthread $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null || echo -lpcre2-8 -ljansson)
-CUDART  := -lcudart
+CUDART  := -lcudart -ldl
 endif
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -pthread -fPIC -Isrc -MMD -MP $(MARCH) -fno-math-errno
 EDIT_LIBS := $(shell pkg-config --libs libedit 2>/dev/null || echo -ledit)

@@ -9,7 +9,10 @@
 # are copied with `kernel<<<g, b, smem, s>>>(args)` rewritten to `cuemu_cfg(g, b, smem, s).run(kernel, args)`
 # and compiled by g++, then linked with tests/gpu/{main,test_backend,test_gemm,test_gemv,test_synth,test_attn,test_pipeline,test_router,test_kda}.c and
 # the CPU library. Warp-wide tensor-core instructions (ldmatrix, mma.sync bf16) are emulated with their PTX fragment layouts
-# (cuemu_dev.h). It checks index math, orders and synchronisation logic; it cannot reproduce code generation
+# (cuemu_dev.h). CUEMU_DEVICES=N emulates N devices: streams, events and allocations remember their device, and
+# a kernel launched on a stream of another device than the current one, a kernel pointer argument in another
+# device's memory, or a device-to-device copy between devices that is not a peer copy aborts with a message (the
+# pipeline test runs stage k on device k % N). It checks index math, orders and synchronisation logic; it cannot reproduce code generation
 # problems or timing. Slow: use the fixtures (NF_GPU_TEST_FIXTURES_ONLY=1) and --quick; `--only gemm` runs the
 # GEMM test (~2 min), NF_GEMV_TEST_SMALL=1 `--only gemv` the GEMV test (~1 min).
 #

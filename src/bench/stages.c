@@ -55,6 +55,10 @@ int nf_bench_stages_open(nf_bench_stages *s, const nf_split_args *a, const nf_mo
     }
     if (nf_pipeline_init(&s->p, plan.n_stages, stages) < 0 || !(s->be = nf_pipeline_backend_create(&s->p))) goto fail;
     s->n_devices = cuda ? (plan.n_stages < n_dev ? plan.n_stages : n_dev) : 0;
+    fprintf(stderr, "nf-bench: stages hand over %s\n",
+            !s->p.handover_dev ? "through the host (NF_PIPELINE_HANDOVER=host or a stage without from_peer)"
+            : cuda ? "device to device (NCCL send/recv between GPUs unless NF_CUDA_PEER=copy; a device copy on one GPU)"
+                   : "backend to backend (host memory)");
     return 0;
 fail:
     nf_bench_stages_close(s);

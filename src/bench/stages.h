@@ -1,7 +1,8 @@
 /* stages.h — nf-bench's pipeline (--gpus N / --split, app/split_args.h): the memory plan printed and checked at
  * load, one backend per stage (CUDA: a layer-range backend on device k % device_count, so on one GPU every stage
  * shares device 0; CPU: a CPU backend per stage), and the pipeline behind one nf_backend (model/pipeline.h) so the
- * sweep runs it unchanged. Not yet with --draft or --fill synthetic (refused by bench.c). */
+ * sweep runs it unchanged (--fill synthetic fills each stage's state: pipeline.h). Not yet with --draft (refused by
+ * bench.c). */
 #ifndef NF_BENCH_STAGES_H
 #define NF_BENCH_STAGES_H
 

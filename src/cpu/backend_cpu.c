@@ -74,6 +74,14 @@ static int cpu_from_host(nf_backend *be, void *dst, const void *src, size_t byte
     return 0;
 }
 
+/* a pipeline's hand-over between CPU stages: both live in host memory and run in the caller's order */
+static int cpu_from_peer(nf_backend *be, void *dst, nf_backend *src_be, const void *src, size_t bytes) {
+    (void)be;
+    (void)src_be;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
 static int cpu_embed(nf_backend *be, const int32_t *tokens, int T, float *X) {
     nf_cpu *c = nf_cpu_of(be);
     const nf_hparams *hp = &c->m->hp;
@@ -187,6 +195,7 @@ nf_backend *nf_cpu_backend_create(const nf_model *m, int n_threads) {
     be->release = cpu_release;
     be->to_host = cpu_to_host;
     be->from_host = cpu_from_host;
+    be->from_peer = cpu_from_peer;
     be->embed = cpu_embed;
     be->hc_pre = nf_cpu_hc_pre;
     be->hc_post = nf_cpu_hc_post;

@@ -3,7 +3,9 @@
  * that region; a synthetic model's region is made by cuda_synth.cu; both checked against free memory first),
  * f32 device copies of small non-f32 vectors, stream-ordered activation memory, the embedding lookup, the RMSNorm
  * block, the output head and the nf_backend table (blocks from cuda_hc.cu, cuda_kda.cu,
- * cuda_mla.cu, cuda_indexer.cu, cuda_moe.cu; the device state from cuda_state.cu).
+ * cuda_mla.cu, cuda_indexer.cu, cuda_moe.cu; the device state from cuda_state.cu; a pipeline's hand-over
+ * from cuda_peer.cu). Each entry point makes the backend's device current (nf_cuda_of), so backends on several
+ * devices can be driven from one thread.
  *
  * Synchronisation: blocks only enqueue work on the stream; the forward's to_host (logits, optional selection
  * dump) is the one point where the host waits. Token ids go through a pinned staging buffer. A decode step runs
@@ -14,6 +16,18 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/backend_cuda.h"
 #include "cuda/cuda_launch.h"
+
+thread_local int nf_cuda_cur_device = -1;
+
+extern "C" int nf_cuda_set_device(int device) {
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        nf_cuda_cur_device = -1; /* unknown: the next use tries again */
+        return nf_fail("cuda: cannot make device %d current: %s", device, cudaGetErrorString(e));
+    }
+    nf_cuda_cur_device = device;
+    return 0;
+}
 
 const uint8_t *nf_cuda_dptr(nf_cuda *c, const nf_tensor *t) {
     if (!t->data) return nullptr;
@@ -164,6 +178,7 @@ static void cu_destroy(nf_backend *be) {
     if (!be) return;
     nf_cuda *c = (nf_cuda *)be->impl;
     if (c) {
+        nf_cuda_use_device(c->device);
         if (c->stream) cudaStreamSynchronize(c->stream);
         nf_cuda_graph_free(c);
         for (int i = 0; i < c->n_vecs; i++) cudaFree(c->vecs[i].val);
@@ -172,6 +187,7 @@ static void cu_destroy(nf_backend *be) {
         free(c->segs);
         if (c->tok_host) cudaFreeHost(c->tok_host);
         if (c->tok_ev) cudaEventDestroy(c->tok_ev);
+        if (c->peer_ev) cudaEventDestroy(c->peer_ev);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(c);
     }
@@ -379,8 +395,13 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
     be->destroy = cu_destroy;
     cudaMemPool_t pool;
     uint64_t thr = UINT64_MAX;
-    if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+    if (nf_cuda_set_device(device) < 0) {
+        cu_destroy(be);
+        return nullptr;
+    }
+    if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->tok_ev, cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->peer_ev, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaDeviceGetDefaultMemPool(&pool, device)) != cudaSuccess ||
         (e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr)) != cudaSuccess) {
         nf_fail("cuda backend: %s", cudaGetErrorString(e));
@@ -397,6 +418,7 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
     be->release = cu_release;
     be->to_host = cu_to_host;
     be->from_host = cu_from_host;
+    be->from_peer = nf_cuda_from_peer;
     be->embed = cu_embed;
     be->hc_pre = nf_cuda_hc_pre;
     be->hc_pre_norm = nf_cuda_hc_pre_norm;

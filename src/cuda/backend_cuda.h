@@ -27,6 +27,10 @@ nf_backend *nf_backend_cuda_create(const nf_model *m, int device);
  * nf_backend_cuda_create). NULL with nf_error() as nf_backend_cuda_create, or for a bad range. */
 nf_backend *nf_backend_cuda_create_layers(const nf_model *m, int device, int layer_begin, int layer_end);
 
+/* Make `device` current for this thread's CUDA calls (cuda_internal.h: the one place src/cuda changes it, so its
+ * cache stays true). 0, or -1 with nf_error(). */
+int nf_cuda_set_device(int device);
+
 /* CUDA devices visible (0 when none or on error). */
 int nf_cuda_device_count(void);
 

@@ -11,6 +11,7 @@
  * The GEMM ceiling runs the project's own prefill GEMM (cuda_gemm.cu) on a large square bf16 problem, where it is
  * compute-bound: the best the prefill's products can do on this GPU with this kernel. */
 extern "C" {
+#include "cuda/backend_cuda.h"
 #include "cuda/cuda_bench.h"
 #include "cuda/cuda_gemm.h"
 #include "formats/formats.h"
@@ -48,13 +49,13 @@ extern "C" size_t nf_cuda_l2_bytes(int device) {
 }
 
 extern "C" int nf_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes) {
-    CU_OK(cudaSetDevice(device));
+    if (nf_cuda_set_device(device) < 0) return -1;
     CU_OK(cudaMemGetInfo(free_bytes, total_bytes));
     return 0;
 }
 
 extern "C" int nf_cuda_device_sync(int device) {
-    CU_OK(cudaSetDevice(device));
+    if (nf_cuda_set_device(device) < 0) return -1;
     CU_OK(cudaDeviceSynchronize());
     return 0;
 }
@@ -94,7 +95,7 @@ extern "C" int nf_cuda_read_bandwidth(int device, size_t bytes, int passes, nf_b
     if (passes < 1) passes = 1;
     bytes &= ~(size_t)255;
     if (bytes == 0) return nf_fail("bandwidth probe: empty buffer");
-    CU_OK(cudaSetDevice(device));
+    if (nf_cuda_set_device(device) < 0) return -1;
     int sms = 0;
     CU_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     uint4 *buf = nullptr;
@@ -148,7 +149,7 @@ done:
 extern "C" int nf_cuda_gemm_ceiling(int device, int n, int passes, double *tflops, double *best) {
     if (passes < 1) passes = 1;
     if (n < 256 || n % 256) return nf_fail("gemm ceiling: n = %d (a multiple of 256 expected)", n);
-    CU_OK(cudaSetDevice(device));
+    if (nf_cuda_set_device(device) < 0) return -1;
     void *w = nullptr;
     float *x = nullptr, *y = nullptr;
     cudaStream_t s = nullptr;

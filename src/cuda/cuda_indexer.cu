@@ -474,10 +474,11 @@ extern "C" int nf_cuda_idx_topk(cudaStream_t stream, const uint32_t *keys, int64
         return nf_fail("cuda indexer: selection row width %d < %d", width, budget * kpool + (tail ? kpool - 1 : 0));
     const int nsort = pow2_at_least(budget);
     const size_t smem = tk_smem_bytes(nsort);
-    static size_t smem_set = 0;
-    if (smem > smem_set) {
+    static size_t smem_set[NF_CUDA_MAX_DEVICES]; /* a function attribute is per device */
+    const int dev = nf_cuda_device_now();
+    if (dev >= NF_CUDA_MAX_DEVICES || smem > smem_set[dev]) {
         NF_CU(cudaFuncSetAttribute(idx_topk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = smem;
+        if (dev < NF_CUDA_MAX_DEVICES) smem_set[dev] = smem;
     }
     nf_launch(idx_topk_kernel, T, TK_THREADS, smem, stream, keys, ld, hist, pos0, kpool, budget, width, tail, nsort, sel);
     NF_LAUNCHED();

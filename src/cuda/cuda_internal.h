@@ -22,6 +22,7 @@
 
 extern "C" {
 #include "formats/formats.h"
+#include "cuda/backend_cuda.h"
 #include "model/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -56,6 +57,7 @@ struct nf_cuda {
     int32_t *tok_host;          /* pinned staging for token ids */
     size_t tok_cap;
     cudaEvent_t tok_ev;
+    cudaEvent_t peer_ev;        /* this stream's side of a pipeline hand-over (cuda_peer.cu) */
     int tok_ev_pending;
     /* decode-step graphs (cuda_graph.cu): while `capturing`, activation and scratch memory come from the arena
      * (a bump allocator reset every step), so a step allocates nothing from the driver and the same allocation
@@ -94,7 +96,28 @@ int nf_cuda_graph_end(nf_backend *be);
 void nf_cuda_graph_abort(nf_backend *be);
 void nf_cuda_graph_free(nf_cuda *c);
 
-static inline nf_cuda *nf_cuda_of(nf_backend *be) { return (nf_cuda *)be->impl; }
+/* The device this thread's CUDA calls go to. A pipeline (model/pipeline.h) runs its stages on several devices
+ * from one host thread, and a kernel launch, an allocation or a symbol copy goes to the CURRENT device: so every
+ * entry point of the backend makes its backend's device current first (nf_cuda_of for the backend's ops, the state
+ * hooks for a device state), and nf_cuda_set_device is the only place src/cuda changes the current device, so
+ * the thread-local cache of it is true and "already current" costs a compare (the ~300 entry calls of a decode
+ * step would otherwise each pay a runtime call). */
+#define NF_CUDA_MAX_DEVICES 64
+extern thread_local int nf_cuda_cur_device;
+static inline void nf_cuda_use_device(int device) {
+    if (nf_cuda_cur_device != device) (void)nf_cuda_set_device(device);
+}
+/* the current device as nf_cuda_set_device last made it (0 before any call: the runtime's default) */
+static inline int nf_cuda_device_now(void) { return nf_cuda_cur_device < 0 ? 0 : nf_cuda_cur_device; }
+
+/* backend.h's from_peer between two CUDA backends (cuda_peer.cu) */
+int nf_cuda_from_peer(nf_backend *be, void *dst, nf_backend *src_be, const void *src, size_t bytes);
+
+static inline nf_cuda *nf_cuda_of(nf_backend *be) {
+    nf_cuda *c = (nf_cuda *)be->impl;
+    nf_cuda_use_device(c->device);
+    return c;
+}
 
 #define NF_CU(call)                                                                                          \
     do {                                                                                                     \

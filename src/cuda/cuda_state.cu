@@ -17,6 +17,7 @@
 
 struct cuda_state_dev {
     cudaStream_t stream;
+    int device; /* the backend's: made current by every hook (a pipeline's stages are on several devices) */
 };
 
 static size_t conv_len(const nf_state *st) { return (size_t)st->conv_rows * (size_t)st->conv_width; }
@@ -30,7 +31,13 @@ static size_t fixed_len(const nf_state *st) {
              : st->L[l].kind == NF_LAYER_MLA ? 2 * open_len(st) : 0;
     return n;
 }
-static cudaStream_t stream_of(const nf_state *st) { return ((const cuda_state_dev *)st->device)->stream; }
+/* the state's stream, with its device made current (every hook starts here) */
+static cudaStream_t stream_of(const nf_state *st) {
+    const cuda_state_dev *d = (const cuda_state_dev *)st->device;
+    nf_cuda_use_device(d->device);
+    return d->stream;
+}
+static int device_of(const nf_state *st) { return ((const cuda_state_dev *)st->device)->device; }
 
 static float *dalloc(cudaStream_t s, size_t n) {
     void *p = nullptr;
@@ -61,7 +68,8 @@ int nf_cuda_state_check(const nf_state *st) {
 }
 
 /* A zeroed device state with the dims of `like` (dims + layer kinds). */
-static nf_state *create_like(const nf_state *like, cudaStream_t s, int64_t cap) {
+static nf_state *create_like(const nf_state *like, cudaStream_t s, int device, int64_t cap) {
+    nf_cuda_use_device(device);
     if (cap < 16) cap = 16;
     nf_state *st = (nf_state *)calloc(1, sizeof *st);
     cuda_state_dev *dev = (cuda_state_dev *)calloc(1, sizeof *dev);
@@ -77,6 +85,7 @@ static nf_state *create_like(const nf_state *like, cudaStream_t s, int64_t cap) 
     st->hooks = &cuda_hooks;
     st->device = dev;
     dev->stream = s;
+    dev->device = device;
     st->L = (nf_layer_state *)calloc((size_t)st->n_layer, sizeof *st->L);
     if (!st->L) {
         free(dev);
@@ -114,7 +123,7 @@ nf_state *nf_cuda_state_create(nf_backend *be, int64_t cap, int layer_begin, int
     /* a host state of the model gives the dims and layer kinds (its arrays are tiny at capacity 16) */
     nf_state *like = nf_state_create_layers(&c->m->hp, 16, layer_begin, layer_end);
     if (!like) return nullptr;
-    nf_state *st = create_like(like, c->stream, cap);
+    nf_state *st = create_like(like, c->stream, c->device, cap);
     nf_state_free(like);
     return st;
 }
@@ -218,7 +227,7 @@ static int h_restore(nf_state *dst, const nf_state *src) {
 }
 
 static nf_state *h_snapshot(const nf_state *st) {
-    nf_state *c = create_like(st, stream_of(st), st->pos > 16 ? st->pos : 16);
+    nf_state *c = create_like(st, stream_of(st), device_of(st), st->pos > 16 ? st->pos : 16);
     if (!c) return nullptr;
     if (h_restore(c, st) < 0) {
         h_free(c);
@@ -274,6 +283,8 @@ static int h_rollback(nf_state *st, const nf_state_ckpt *ck) {
 }
 
 static void h_ckpt_free(nf_state_ckpt *ck) {
+    cudaPointerAttributes a;
+    if (ck->data && cudaPointerGetAttributes(&a, ck->data) == cudaSuccess) nf_cuda_use_device(a.device);
     if (ck->data) cudaFree(ck->data);
     ck->data = nullptr;
     ck->bytes = 0;

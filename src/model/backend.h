@@ -103,6 +103,12 @@ struct nf_backend {
     int (*graph_end)(nf_backend *be);
     void (*graph_abort)(nf_backend *be);
 
+    /* Optional (a pipeline's hand-over between stages without the host, pipeline.h; NULL: through the host):
+     * dst (this backend's memory) = src (memory of src_be, a backend of the same kind: from_peer is the same
+     * function in both), ordered after the work src_be has enqueued and before the work this backend enqueues
+     * later; src_be's later work waits for the copy to have read src, so src_be may release src right after. */
+    int (*from_peer)(nf_backend *be, void *dst, nf_backend *src_be, const void *src, size_t bytes);
+
     /* Optional: a backend that runs whole forwards itself instead of being driven block by block (a pipeline of
      * backends presented as one, pipeline.h nf_pipeline_backend_create): nf_forward_ex hands it every call. */
     int (*forward)(nf_backend *be, nf_state *st, const int32_t *tokens, int T, float *logits, int all_logits,

@@ -62,8 +62,10 @@ static int hc_pre_normed(nf_backend *be, int il, int site, fw_bufs *b, int T, co
     return be->rmsnorm(be, w, b->h, T, b->x);
 }
 
-static void release_all(nf_backend *be, fw_bufs *b) {
-    void *ps[] = {b->X, b->h, b->x, b->y, b->mix, b->qr, b->q, b->logits, b->sel};
+/* the part's own buffers (X and sel are the caller's when they came with the part: X_dev / sel_dev) */
+static void release_all(nf_backend *be, fw_bufs *b, const nf_forward_part *part) {
+    void *ps[] = {part->X_dev ? NULL : b->X, b->h, b->x, b->y, b->mix, b->qr, b->q, b->logits,
+                  part->sel_dev ? NULL : b->sel};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         if (ps[i]) be->release(be, ps[i]);
 }
@@ -105,10 +107,16 @@ int nf_forward_part_run(nf_backend *be, nf_state *st, const int32_t *tokens, int
     if (part->layer_begin < 0 || part->layer_end > hp->n_layer || part->layer_begin >= part->layer_end)
         return nf_fail("forward: layer range [%d, %d) is not a non-empty part of the model's %d layers",
                        part->layer_begin, part->layer_end, hp->n_layer);
-    if (!part->X_in && part->layer_begin != 0)
+    const int dev = part->X_dev != NULL;
+    if (dev && (part->X_in || part->X_out || part->sel_in || part->sel_out))
+        return nf_fail("forward: a part's streams are either in backend memory (X_dev) or host buffers, not both");
+    if (!dev && part->sel_dev) return nf_fail("forward: a part's selection in backend memory needs its streams there");
+    if (!part->X_in && !dev && part->layer_begin != 0)
         return nf_fail("forward: a part starting at layer %d needs its incoming streams", part->layer_begin);
-    if (!part->X_out && part->layer_end != hp->n_layer)
+    if (!part->X_out && !dev && part->layer_end != hp->n_layer)
         return nf_fail("forward: a part ending before the last layer (%d) must hand its streams on", part->layer_end);
+    if ((part->sel_dev_in || part->sel_dev_out) && !part->sel_dev && nf_mla_layer_count(hp) > 0)
+        return nf_fail("forward: a part handing a selection over in backend memory needs sel_dev");
     if (check_holds(be, part->layer_begin, part->layer_end) < 0) return -1;
     if (part->X_in && !be->from_host)
         return nf_fail("forward: the %s backend cannot take streams from the host (no from_host op)", be->name);
@@ -131,7 +139,7 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
     const size_t f = sizeof(float);
     fw_bufs b;
     memset(&b, 0, sizeof b);
-    b.X = be->alloc(be, (size_t)T * hc * n * f);
+    b.X = part->X_dev ? part->X_dev : be->alloc(be, (size_t)T * hc * n * f);
     b.h = be->alloc(be, (size_t)T * n * f);
     b.x = be->alloc(be, (size_t)T * n * f);
     b.y = be->alloc(be, (size_t)T * n * f);
@@ -140,7 +148,7 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
     if (has_mla) {
         b.qr = be->alloc(be, (size_t)T * hp->q_lora_rank * f);
         b.q = be->alloc(be, (size_t)T * hp->n_head * hp->qk_nope_dim * f);
-        b.sel = be->alloc(be, (size_t)T * width * sizeof(int32_t));
+        b.sel = part->sel_dev ? part->sel_dev : be->alloc(be, (size_t)T * width * sizeof(int32_t));
     }
     if (!b.X || !b.h || !b.x || !b.y || !b.mix || (has_mla && (!b.qr || !b.q || !b.sel))) {
         nf_fail("forward: out of memory for %d tokens", T);
@@ -150,7 +158,9 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
     const size_t x_bytes = (size_t)T * hc * n * f, sel_bytes = (size_t)T * width * sizeof(int32_t);
     int mla_index = 0, have_sel = 0;
     for (int il = 0; il < part->layer_begin; il++) mla_index += hp->layer_kind[il] == NF_LAYER_MLA;
-    if (part->X_in) {
+    if (part->X_dev && part->layer_begin > 0) { /* the incoming streams (and selection) are in place */
+        have_sel = part->sel_dev_in && has_mla;
+    } else if (part->X_in) {
         CHECK(be->from_host(be, b.X, part->X_in, x_bytes));
         if (part->sel_in && has_mla) {
             CHECK(be->from_host(be, b.sel, part->sel_in, sel_bytes));
@@ -193,18 +203,19 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
         CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
     }
 
-    if (part->X_out) { /* a pipeline stage before the last: the streams (and selection) go on to the next */
-        CHECK(be->to_host(be, part->X_out, b.X, x_bytes));
-        if (part->sel_out && has_mla) {
-            if (!have_sel) {
-                nf_fail("forward: layers from %d on share an indexer selection that no layer before produces",
-                        part->layer_end);
-                goto fail;
-            }
-            CHECK(be->to_host(be, part->sel_out, b.sel, sel_bytes));
+    if (part->X_out || (part->X_dev && part->layer_end < hp->n_layer)) {
+        /* a pipeline stage before the last: the streams (and selection) go on to the next */
+        if ((part->sel_out || part->sel_dev_out) && has_mla && !have_sel) {
+            nf_fail("forward: layers from %d on share an indexer selection that no layer before produces",
+                    part->layer_end);
+            goto fail;
+        }
+        if (part->X_out) {
+            CHECK(be->to_host(be, part->X_out, b.X, x_bytes));
+            if (part->sel_out && has_mla) CHECK(be->to_host(be, part->sel_out, b.sel, sel_bytes));
         }
         st->pos += T;
-        release_all(be, &b);
+        release_all(be, &b, part);
         return 0;
     }
     if (hidden) { /* the trunk's final hidden states (speculative decoding: the MTP block's input) */
@@ -231,17 +242,17 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
             int r = be->graph_end(be);
             graph = 0; /* ended: nothing to abort from here on */
             if (r != 0) {
-                release_all(be, &b);
+                release_all(be, &b, part);
                 return r;
             }
         }
         CHECK(be->to_host(be, logits, b.logits, (size_t)rows * hp->n_vocab * f));
     }
     st->pos += T;
-    release_all(be, &b);
+    release_all(be, &b, part);
     return 0;
 fail:
-    release_all(be, &b);
+    release_all(be, &b, part);
     if (graph) {
         /* nothing ran: redo the step with direct calls, where a real error reproduces and is reported */
         be->graph_abort(be);

@@ -38,13 +38,22 @@ int nf_forward_ex(nf_backend *be, nf_state *st, const int32_t *tokens, int T, fl
  * starting at layer 0 embeds the tokens, a later one starts from the streams X_in; a part ending before the
  * last layer copies its streams out to X_out, the last one runs the head (logits / hidden as in nf_forward_ex).
  * sel_in / sel_out carry the latest full indexer layer's selection across parts, for a shared-indexer layer
- * whose full layer ran in an earlier part. All of them are host buffers. */
+ * whose full layer ran in an earlier part. All of them are host buffers.
+ *
+ * Or the streams and the selection stay in the backend's memory (a hand-over between devices, pipeline.h): X_dev
+ * is the part's stream buffer itself — it holds the incoming streams on entry (a part after the first; the first
+ * embeds into it) and the outgoing ones on return — and sel_dev its selection buffer (an incoming selection on
+ * entry when sel_dev_in, the latest selection on return). X_in / X_out / sel_in / sel_out are then NULL. */
 typedef struct {
     int layer_begin, layer_end;
     const float *X_in;      /* [T][hc][n_embd] entering layer_begin; NULL: embed the tokens (layer_begin 0) */
     float *X_out;           /* [T][hc][n_embd] after layer_end-1; NULL: run the head (layer_end = n_layer) */
     const int32_t *sel_in;  /* [T][nf_topk_width] entering the part; NULL: none */
     int32_t *sel_out;       /* [T][nf_topk_width] the latest selection after the part; NULL: not needed */
+    float *X_dev;           /* backend memory [T][hc][n_embd], in and out (see above); NULL: X_in / X_out */
+    int32_t *sel_dev;       /* backend memory [T][nf_topk_width]; NULL: sel_in / sel_out (needs X_dev) */
+    int sel_dev_in;         /* sel_dev holds an earlier part's selection on entry */
+    int sel_dev_out;        /* a later part needs the latest selection in sel_dev on return */
 } nf_forward_part;
 
 /* Run T tokens through one part, advancing st->pos by T (st holds at least the part's layers). The caller

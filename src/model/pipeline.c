@@ -1,6 +1,7 @@
 /* pipeline.c — the layer-split forward over several backends (pipeline.h): checking the stages, the per-stage
- * states, and the hand-over of the hidden streams (and a shared indexer selection) between stages through host
- * buffers. The layers themselves run in forward.c (nf_forward_part_run), the one definition of the forward. */
+ * states, and the hand-over of the hidden streams (and a shared indexer selection) between stages: backend to
+ * backend (from_peer) or through host buffers. The layers themselves run in forward.c (nf_forward_part_run), the
+ * one definition of the forward. */
 #include "model/pipeline.h"
 
 #include <stdlib.h>
@@ -40,6 +41,12 @@ int nf_pipeline_init(nf_pipeline *p, int n, const nf_stage *stages) {
     p->model = m;
     p->n_stages = n;
     memcpy(p->stage, stages, (size_t)n * sizeof *stages);
+    const char *e = getenv("NF_PIPELINE_HANDOVER");
+    if (e && *e && strcmp(e, "host") && strcmp(e, "device"))
+        return nf_fail("NF_PIPELINE_HANDOVER=%s: host or device", e);
+    p->handover_dev = !(e && !strcmp(e, "host"));
+    for (int k = 1; k < n; k++)
+        if (!stages[k].be->from_peer || stages[k].be->from_peer != stages[k - 1].be->from_peer) p->handover_dev = 0;
     return 0;
 }
 
@@ -130,6 +137,63 @@ static int needs_selection(const nf_pipeline *p, int k) {
     return 0;
 }
 
+/* The stages handing over backend to backend: stage k's streams (and selection) live in its backend's memory;
+ * stage k+1 copies them into its own with from_peer, after which stage k's buffers are released (from_peer
+ * orders stage k's later work after the copy). */
+static int forward_dev(const nf_pipeline *p, nf_pipeline_state *ps, const int32_t *tokens, int T, float *logits,
+                       int all_logits, nf_topk_dump *dump, float *hidden) {
+    const nf_hparams *hp = &p->model->hp;
+    const int has_mla = nf_mla_layer_count(hp) > 0;
+    const size_t x_bytes = (size_t)T * hp->hc_count * hp->n_embd * sizeof(float);
+    const size_t sel_bytes = (size_t)T * nf_topk_width(hp) * sizeof(int32_t);
+    float *X_prev = NULL;
+    int32_t *sel_prev = NULL;
+    nf_backend *prev = NULL;
+    int rc = 0;
+    for (int k = 0; k < p->n_stages && rc == 0; k++) {
+        const nf_stage *s = &p->stage[k];
+        nf_backend *be = s->be;
+        const int last = k == p->n_stages - 1, sel_in = needs_selection(p, k) && has_mla;
+        float *X = be->alloc(be, x_bytes);
+        int32_t *sel = has_mla ? be->alloc(be, sel_bytes) : NULL;
+        if (!X || (has_mla && !sel)) {
+            rc = nf_fail("pipeline stage %d: out of memory for the hand-over of %d tokens", k, T);
+        } else if (k > 0) {
+            rc = be->from_peer(be, X, prev, X_prev, x_bytes);
+            if (rc == 0 && sel_in) rc = be->from_peer(be, sel, prev, sel_prev, sel_bytes);
+            if (rc < 0) nf_fail_prefix("pipeline hand-over from stage %d to stage %d", k - 1, k);
+        }
+        if (prev) { /* the copy has been ordered: the previous stage's buffers may go */
+            prev->release(prev, X_prev);
+            if (sel_prev) prev->release(prev, sel_prev);
+            X_prev = NULL;
+            sel_prev = NULL;
+        }
+        if (rc == 0) {
+            nf_forward_part part = {
+                .layer_begin = s->layer_begin,
+                .layer_end = s->layer_end,
+                .X_dev = X,
+                .sel_dev = sel,
+                .sel_dev_in = sel_in,
+                .sel_dev_out = !last && needs_selection(p, k + 1),
+            };
+            rc = nf_forward_part_run(be, ps->st[k], tokens, T, &part, last ? logits : NULL, all_logits, dump,
+                                     last ? hidden : NULL);
+            if (rc < 0) nf_fail_prefix("pipeline stage %d (layers %d..%d, %s)", k, s->layer_begin, s->layer_end - 1,
+                                       be->name);
+        }
+        X_prev = X;
+        sel_prev = sel;
+        prev = be;
+    }
+    if (prev) {
+        if (X_prev) prev->release(prev, X_prev);
+        if (sel_prev) prev->release(prev, sel_prev);
+    }
+    return rc < 0 ? -1 : 0;
+}
+
 int nf_pipeline_forward(const nf_pipeline *p, nf_pipeline_state *ps, const int32_t *tokens, int T, float *logits,
                         int all_logits, nf_topk_dump *dump, float *hidden) {
     const nf_hparams *hp = &p->model->hp;
@@ -147,6 +211,7 @@ int nf_pipeline_forward(const nf_pipeline *p, nf_pipeline_state *ps, const int32
         /* every stage makes room first: a context limit or out-of-memory stops the forward before any stage moves */
         if (nf_state_reserve(ps->st[k], pos + T) < 0) return nf_fail_prefix("pipeline stage %d", k);
     }
+    if (p->n_stages > 1 && p->handover_dev) return forward_dev(p, ps, tokens, T, logits, all_logits, dump, hidden);
     const size_t x_n = (size_t)T * hp->hc_count * hp->n_embd, sel_n = (size_t)T * nf_topk_width(hp);
     float *X[2] = {NULL, NULL};
     int32_t *sel[2] = {NULL, NULL};

@@ -6,10 +6,14 @@
  * ascending, non-empty and cover every trunk layer. Each stage runs its layers through the same block code as
  * the single-backend forward (forward.c, nf_forward_part_run); between stages the hidden streams X
  * ([T][hc_count][n_embd] f32) — and, when a later stage's first MLA layer shares the indexer selection of an
- * earlier stage's layer, that selection ([T][width] int32) — are handed over THROUGH THE HOST: the backend's
- * to_host, then the next backend's from_host. A device-to-device (cudaMemcpyPeer / NCCL send-recv) hand-over
- * and overlapping the stages (micro-batches) are later work; so are CUDA graphs per stage (a pipeline forward
- * runs the blocks directly).
+ * earlier stage's layer, that selection ([T][width] int32) — are handed over backend to backend when the stages'
+ * backends are of one kind with a from_peer op (backend.h; CUDA: NCCL send/recv between two GPUs, a device copy
+ * on one, cuda_peer.cu): stage k's stream buffer lives in its own memory, the next stage's copy is taken from it
+ * in stream order, and the host waits for nothing between stages. Then the host enqueues stage k+1 of a chunk and
+ * stage k of the next chunk without waiting, so on several GPUs a chunked prefill's stages overlap (stage 0 works
+ * on chunk i+1 while stage 1 works on chunk i). Otherwise (or with NF_PIPELINE_HANDOVER=host) THROUGH THE HOST:
+ * the backend's to_host, then the next backend's from_host. CUDA graphs per stage are later work (a pipeline
+ * forward runs the blocks directly).
  *
  * The sequence state is one nf_state per stage holding only that stage's layers (nf_state_create_layers: no
  * memory for the other stages' caches), in the stage backend's memory. Prefill, decode, snapshot/restore and
@@ -37,9 +41,11 @@ typedef struct {
     const nf_model *model;
     int n_stages;
     nf_stage stage[NF_MAX_STAGES];
+    int handover_dev;            /* 1: stages hand over through from_peer (set by nf_pipeline_init), 0: the host */
 } nf_pipeline;
 
-/* Check and set up a pipeline of n stages. 0, or -1 with nf_error() naming the problem: no or too many stages,
+/* Check and set up a pipeline of n stages; the hand-over goes backend to backend when every stage's backend has
+ * the same from_peer op, unless NF_PIPELINE_HANDOVER=host. 0, or -1 with nf_error() naming the problem: no or too many stages,
  * a stage without a backend or on another model, an empty stage, a range outside [0, n_layer), stages not
  * contiguous and ascending, layers not covered. */
 int nf_pipeline_init(nf_pipeline *p, int n, const nf_stage *stages);
@@ -77,8 +83,9 @@ int nf_pipeline_prefill(const nf_pipeline *p, nf_pipeline_state *ps, const int32
 
 /* The pipeline presented as one backend (pipeline_backend.c), for programs written against nf_forward and
  * nf_state (nf-bench): its `forward` runs nf_pipeline_forward, and nf_backend_state_create gives a hooked
- * nf_state over an nf_pipeline_state (reset, reserve, snapshot/restore, checkpoint/rollback act on every stage;
- * a synthetic fill is not supported). Its blocks cannot be called one by one, nor can it be a speculative
+ * nf_state over an nf_pipeline_state (reset, reserve, snapshot/restore, checkpoint/rollback and a synthetic fill
+ * (state_fill.h: each stage fills its layers with the keys one state would use) act on every stage; restore also
+ * copies to and from a host state holding every layer, which is how nf_state_fill_measure reads it). Its blocks cannot be called one by one, nor can it be a speculative
  * drafter's target that needs hidden states. p must outlive it; the stage backends stay the caller's. */
 nf_backend *nf_pipeline_backend_create(const nf_pipeline *p);
 

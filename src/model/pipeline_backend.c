@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include "model/state_fill.h"
 #include "util/error.h"
 
 static nf_pipeline_state *stages_of(const nf_state *st) { return (nf_pipeline_state *)st->device; }
@@ -19,8 +20,10 @@ static int h_checkpoint(const nf_state *st, nf_state_ckpt *ck);
 static int h_rollback(nf_state *st, const nf_state_ckpt *ck);
 static void h_ckpt_free(nf_state_ckpt *ck);
 
+static int h_fill(nf_state *st, int64_t to, uint64_t seed, const struct nf_state_fill_scales *sc);
+
 static const nf_state_hooks pipeline_hooks = {h_free, h_reset, h_reserve, h_snapshot, h_restore, h_checkpoint,
-                                              h_rollback, h_ckpt_free, NULL};
+                                              h_rollback, h_ckpt_free, h_fill};
 
 /* a hooked state around ps (owned): dims from stage 0's state, layer kinds from the model (hp) or from the state
  * `like` */
@@ -72,12 +75,40 @@ static nf_state *h_snapshot(const nf_state *st) {
     return w;
 }
 
+/* a pipeline state and a host state holding every layer: each stage's layers through a host state of its own */
+static int restore_across(nf_state *dst, const nf_state *src) {
+    const int to_host = src->hooks == &pipeline_hooks;
+    const nf_state *pst = to_host ? src : dst, *host = to_host ? dst : src;
+    if (host->hooks)
+        return nf_fail("state restore: a pipeline state restores from / into a host state or a state of the same "
+                       "pipeline");
+    nf_pipeline_state *ps = stages_of(pst);
+    for (int k = 0; k < ps->n_stages; k++) {
+        nf_state *t = nf_state_create_like(ps->st[k], src->pos > 16 ? src->pos : 16);
+        int rc = t ? 0 : -1;
+        if (rc == 0 && to_host) rc = nf_state_restore(t, ps->st[k]) < 0 || nf_state_copy_layers(dst, t) < 0 ? -1 : 0;
+        else if (rc == 0) rc = nf_state_copy_layers(t, src) < 0 || nf_state_restore(ps->st[k], t) < 0 ? -1 : 0;
+        nf_state_free(t);
+        if (rc < 0) return nf_fail_prefix("pipeline stage %d", k);
+    }
+    dst->pos = src->pos;
+    if (!to_host) dst->cap = ps->st[0]->cap;
+    return 0;
+}
+
 static int h_restore(nf_state *dst, const nf_state *src) {
-    if (dst->hooks != &pipeline_hooks || src->hooks != &pipeline_hooks)
-        return nf_fail("state restore: a pipeline state restores only from a state of the same pipeline");
+    if (dst->hooks != &pipeline_hooks || src->hooks != &pipeline_hooks) return restore_across(dst, src);
     if (nf_pipeline_state_restore(stages_of(dst), stages_of(src)) < 0) return -1;
     dst->pos = src->pos;
     dst->cap = stages_of(dst)->st[0]->cap;
+    return 0;
+}
+
+/* nf_state_fill of each stage's state (each writes only the layers it holds, with the same keys as one state) */
+static int h_fill(nf_state *st, int64_t to, uint64_t seed, const struct nf_state_fill_scales *sc) {
+    nf_pipeline_state *ps = stages_of(st);
+    for (int k = 0; k < ps->n_stages; k++)
+        if (nf_state_fill(ps->st[k], to, seed, sc) < 0) return nf_fail_prefix("pipeline stage %d", k);
     return 0;
 }
 

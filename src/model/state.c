@@ -130,22 +130,22 @@ oom:
                    (long long)cap, cache_bytes(st, cap) / 1e9);
 }
 
-int nf_state_restore(nf_state *dst, const nf_state *src) {
-    if (dst->hooks) return dst->hooks->restore(dst, src);
-    if (src->hooks) return src->hooks->restore(dst, src);
+/* host states: copy the layers both hold (every layer must be held alike when `same_layers`) */
+static int copy_host(nf_state *dst, const nf_state *src, int same_layers, const char *what) {
     if (dst->n_layer != src->n_layer || dst->conv_width != src->conv_width || dst->kv_lora != src->kv_lora ||
         dst->kpool != src->kpool || dst->idx_hd != src->idx_hd || dst->kda_heads != src->kda_heads)
-        return nf_fail("state restore: states belong to different models");
-    for (int l = 0; l < src->n_layer; l++)
-        if (src->L[l].kind != dst->L[l].kind)
-            return nf_fail("state restore: layer %d is %s in one state and %s in the other", l,
-                           src->L[l].kind == NF_STATE_LAYER_ABSENT ? "absent" : "held",
-                           dst->L[l].kind == NF_STATE_LAYER_ABSENT ? "absent" : "held");
+        return nf_fail("%s: states belong to different models", what);
+    for (int l = 0; l < src->n_layer; l++) {
+        const int sa = src->L[l].kind == NF_STATE_LAYER_ABSENT, da = dst->L[l].kind == NF_STATE_LAYER_ABSENT;
+        if (same_layers ? sa != da : !sa && !da && src->L[l].kind != dst->L[l].kind)
+            return nf_fail("%s: layer %d is %s in one state and %s in the other", what, l, sa ? "absent" : "held",
+                           da ? "absent" : "held");
+    }
     if (nf_state_reserve(dst, src->pos) < 0) return -1;
     for (int l = 0; l < src->n_layer; l++) {
         const nf_layer_state *S = &src->L[l];
         nf_layer_state *D = &dst->L[l];
-        if (S->kind == NF_STATE_LAYER_ABSENT) continue;
+        if (S->kind == NF_STATE_LAYER_ABSENT || D->kind == NF_STATE_LAYER_ABSENT) continue;
         if (S->kind == NF_LAYER_KDA) {
             memcpy(D->conv, S->conv, conv_len(src) * sizeof(float));
             memcpy(D->S, S->S, s_len(src) * sizeof(float));
@@ -158,6 +158,17 @@ int nf_state_restore(nf_state *dst, const nf_state *src) {
     }
     dst->pos = src->pos;
     return 0;
+}
+
+int nf_state_restore(nf_state *dst, const nf_state *src) {
+    if (dst->hooks) return dst->hooks->restore(dst, src);
+    if (src->hooks) return src->hooks->restore(dst, src);
+    return copy_host(dst, src, 1, "state restore");
+}
+
+int nf_state_copy_layers(nf_state *dst, const nf_state *src) {
+    if (dst->hooks || src->hooks) return nf_fail("state copy: host states only");
+    return copy_host(dst, src, 0, "state copy");
 }
 
 nf_state *nf_state_create_like(const nf_state *st, int64_t cap) {

@@ -115,6 +115,11 @@ int64_t nf_state_grown_cap(const nf_state *st, int64_t n);
 nf_state *nf_state_snapshot(const nf_state *st);
 int nf_state_restore(nf_state *dst, const nf_state *src);
 
+/* Host states: copy every layer held by both (a pipeline stage's layers into a whole-model state, or a whole-model
+ * state's into a stage's), growing dst to src->pos; then dst->pos = src->pos. Layers only one holds are left as
+ * they are. 0, or -1 with nf_error() (other dims, a layer of different kinds, a hooked state, out of memory). */
+int nf_state_copy_layers(nf_state *dst, const nf_state *src);
+
 /* Checkpoint at the current position / roll back to it (see the header comment). */
 int nf_state_checkpoint(const nf_state *st, nf_state_ckpt *ck);
 int nf_state_rollback(nf_state *st, const nf_state_ckpt *ck);

@@ -20,6 +20,7 @@
 #include "model/model.h"
 #include "model/pipeline.h"
 #include "model/state.h"
+#include "model/state_fill.h"
 #include "util/error.h"
 
 #define NPROMPT 23
@@ -198,19 +199,24 @@ Test(pipeline, cpu_stages_bit_identical_to_one_backend) {
                 if (is_shared_mla(hp, stages[k].layer_begin)) shared_crossings++;
             nf_pipeline p;
             cr_assert_eq(nf_pipeline_init(&p, n_stages, stages), 0, "%s", nf_error());
-            run_out got;
-            run_out_init(&got, m);
-            run_pipeline(&p, prompt, &got);
-            char what[96];
-            snprintf(what, sizeof what, "fixture %s, %d stages split at %d%s%d", fixtures[fi], n_stages,
-                     splits[si][1], n_stages > 2 ? "," : "", n_stages > 2 ? splits[si][2] : 0);
-            for (int r = 0; r < NTOK; r++)
-                cr_assert_eq(memcmp(got.logits + (size_t)r * V, ref.logits + (size_t)r * V, (size_t)V * sizeof(float)),
-                             0, "%s: logits of token %d differ", what, r);
-            cr_assert_eq(memcmp(got.greedy, ref.greedy, sizeof got.greedy), 0, "%s: greedy tokens differ", what);
-            cr_assert_eq(memcmp(got.sel, ref.sel, (size_t)M * NTOK * W * sizeof(int32_t)), 0,
-                         "%s: indexer selections differ", what);
-            run_out_free(&got);
+            cr_assert_eq(p.handover_dev, 1, "CPU stages hand over backend to backend (from_peer) by default");
+            for (int dev = 0; dev < 2; dev++) { /* through the host, then backend to backend */
+                p.handover_dev = dev;
+                run_out got;
+                run_out_init(&got, m);
+                run_pipeline(&p, prompt, &got);
+                char what[128];
+                snprintf(what, sizeof what, "fixture %s, %d stages split at %d%s%d, hand-over %s", fixtures[fi],
+                         n_stages, splits[si][1], n_stages > 2 ? "," : "", n_stages > 2 ? splits[si][2] : 0,
+                         dev ? "backend to backend" : "through the host");
+                for (int r = 0; r < NTOK; r++)
+                    cr_assert_eq(memcmp(got.logits + (size_t)r * V, ref.logits + (size_t)r * V,
+                                        (size_t)V * sizeof(float)), 0, "%s: logits of token %d differ", what, r);
+                cr_assert_eq(memcmp(got.greedy, ref.greedy, sizeof got.greedy), 0, "%s: greedy tokens differ", what);
+                cr_assert_eq(memcmp(got.sel, ref.sel, (size_t)M * NTOK * W * sizeof(int32_t)), 0,
+                             "%s: indexer selections differ", what);
+                run_out_free(&got);
+            }
             for (int k = 0; k < n_stages; k++) nf_backend_free(stages[k].be);
         }
         run_out_free(&ref);
@@ -245,6 +251,26 @@ Test(pipeline, hand_over_matters) {
     p1.X_in = Xb;
     cr_assert_eq(nf_forward_part_run(be, s1, a, 4, &p1, lb, 0, NULL, NULL), 0, "%s", nf_error());
     cr_assert_neq(memcmp(la, lb, (size_t)hp->n_vocab * sizeof(float)), 0);
+    /* the same with the streams in backend memory (X_dev, the backend-to-backend hand-over): the part reads the
+     * incoming streams from its buffer and gives a's logits from a's streams, b's from b's */
+    float *Xd = malloc(xn * sizeof(float)), *lc = malloc((size_t)hp->n_vocab * sizeof(float));
+    nf_forward_part pd = {.layer_begin = half, .layer_end = hp->n_layer, .X_dev = Xd};
+    for (int i = 0; i < 2; i++) {
+        memcpy(Xd, i ? Xb : Xa, xn * sizeof(float));
+        nf_state_reset(s1);
+        cr_assert_eq(nf_forward_part_run(be, s1, a, 4, &pd, lc, 0, NULL, NULL), 0, "%s", nf_error());
+        cr_assert_eq(memcmp(lc, i ? lb : la, (size_t)hp->n_vocab * sizeof(float)), 0, "X_dev part, streams %d", i);
+    }
+    /* and a first part with X_dev leaves its outgoing streams there */
+    nf_state_reset(s0);
+    nf_forward_part pd0 = {.layer_begin = 0, .layer_end = half, .X_dev = Xd};
+    cr_assert_eq(nf_forward_part_run(be, s0, b, 4, &pd0, NULL, 0, NULL, NULL), 0, "%s", nf_error());
+    cr_assert_eq(memcmp(Xd, Xb, xn * sizeof(float)), 0);
+    /* host buffers and X_dev together are refused */
+    nf_forward_part both = {.layer_begin = half, .layer_end = hp->n_layer, .X_in = Xa, .X_dev = Xd};
+    cr_assert_eq(nf_forward_part_run(be, s1, a, 4, &both, lc, 0, NULL, NULL), -1);
+    cr_assert(strstr(nf_error(), "not both"), "%s", nf_error());
+    free(Xd), free(lc);
     nf_state_free(s0);
     nf_state_free(s1);
     free(Xa), free(Xb), free(la), free(lb);
@@ -395,6 +421,82 @@ Test(pipeline, as_one_backend) {
     run_out_free(&ref);
     nf_backend_free(fb);
     for (int k = 0; k < 3; k++) nf_backend_free(stages[k].be);
+    nf_backend_free(one);
+    nf_model_free(m);
+}
+
+/* --fill synthetic on a pipeline's state (nf-bench --gpus N --fill synthetic): filling the hooked pipeline state
+ * writes what one state's fill writes, layer by layer (read back through restore into a host state), the scales
+ * measured through the pipeline state equal those of one state after the same prefill, and decode steps after
+ * the fill give the same logits as one backend after the same fill; a host state restores into the pipeline. */
+Test(pipeline, synthetic_fill_and_measure) {
+    nf_model *m = nf_model_load(paths[1]); /* shared */
+    cr_assert_not_null(m, "%s", nf_error());
+    const nf_hparams *hp = &m->hp;
+    const int V = hp->n_vocab, kpool = hp->idx_kpool;
+    const int n_pre = kpool + 3, to = 3 * kpool + 5;
+    int32_t *ids = malloc((size_t)n_pre * sizeof(int32_t));
+    for (int i = 0; i < n_pre; i++) ids[i] = (int32_t)((i * 29 + 3) % V);
+    nf_backend *one = nf_cpu_backend_create(m, 2);
+    nf_stage stages[2];
+    int starts[] = {hp->n_layer / 2};
+    cr_assert_eq(nf_pipeline_ranges(hp->n_layer, 1, starts, stages), 0);
+    for (int k = 0; k < 2; k++) stages[k].be = nf_cpu_backend_create(m, 1);
+    nf_pipeline p;
+    cr_assert_eq(nf_pipeline_init(&p, 2, stages), 0, "%s", nf_error());
+    nf_backend *fb = nf_pipeline_backend_create(&p);
+    cr_assert_not_null(fb, "%s", nf_error());
+    nf_state *s1 = nf_backend_state_create(one, 8), *sp = nf_backend_state_create(fb, 8);
+    cr_assert(s1 && sp, "%s", nf_error());
+    cr_assert_eq(nf_prefill(one, s1, ids, n_pre, 5, NULL, 0, NULL), 0, "%s", nf_error());
+    cr_assert_eq(nf_prefill(fb, sp, ids, n_pre, 5, NULL, 0, NULL), 0, "%s", nf_error());
+    nf_state_fill_scales a, b;
+    cr_assert_eq(nf_state_fill_measure(hp, s1, &a), 0, "%s", nf_error());
+    cr_assert_eq(nf_state_fill_measure(hp, sp, &b), 0, "%s", nf_error());
+    cr_assert_eq(memcmp(&a, &b, sizeof a), 0, "the scales measured through the pipeline state differ");
+    int nonzero = 0;
+    for (int l = 0; l < hp->n_layer; l++) nonzero += a.L[l].latent > 0 || a.L[l].kda_S > 0;
+    cr_assert_eq(nonzero, hp->n_layer);
+    cr_assert_eq(nf_state_fill(s1, to, 7, &a), 0, "%s", nf_error());
+    cr_assert_eq(nf_state_fill(sp, to, 7, &a), 0, "%s", nf_error());
+    cr_assert_eq(sp->pos, to);
+    /* read back: every layer's arrays equal */
+    nf_state *h = nf_state_create_like(s1, to);
+    cr_assert_eq(nf_state_restore(h, sp), 0, "%s", nf_error());
+    cr_assert_eq(h->pos, to);
+    for (int l = 0; l < hp->n_layer; l++) {
+        const nf_layer_state *x = &h->L[l], *y = &s1->L[l];
+        if (x->kind == NF_LAYER_KDA) {
+            cr_assert_eq(memcmp(x->S, y->S, (size_t)h->kda_heads * h->kda_hd * h->kda_hd * sizeof(float)), 0, "S %d", l);
+            cr_assert_eq(memcmp(x->conv, y->conv, (size_t)h->conv_rows * h->conv_width * sizeof(float)), 0, "conv %d", l);
+        } else {
+            cr_assert_eq(memcmp(x->latent, y->latent, (size_t)to * h->kv_lora * sizeof(float)), 0, "latent %d", l);
+            if (!hp->indexer_shared[l]) /* a shared layer's pooled keys are never written nor read */
+                cr_assert_eq(memcmp(x->pool_key, y->pool_key, (size_t)(to / kpool) * h->idx_hd * sizeof(float)), 0,
+                             "pooled keys %d", l);
+        }
+    }
+    /* decode after the fill */
+    float *r1 = malloc((size_t)V * sizeof(float)), *r2 = malloc((size_t)V * sizeof(float));
+    nf_state *back = nf_backend_state_create(fb, 8);
+    cr_assert_not_null(back, "%s", nf_error());
+    cr_assert_eq(nf_state_restore(back, h), 0, "%s", nf_error()); /* host -> pipeline */
+    cr_assert_eq(back->pos, to);
+    for (int d = 0; d < 3; d++) {
+        int32_t t = (int32_t)((d * 11 + 1) % V);
+        cr_assert_eq(nf_forward(one, s1, &t, 1, r1, 0, NULL), 0, "%s", nf_error());
+        cr_assert_eq(nf_forward(fb, sp, &t, 1, r2, 0, NULL), 0, "%s", nf_error());
+        cr_assert_eq(memcmp(r1, r2, (size_t)V * sizeof(float)), 0, "decode step %d after the fill", d);
+        cr_assert_eq(nf_forward(fb, back, &t, 1, r2, 0, NULL), 0, "%s", nf_error());
+        cr_assert_eq(memcmp(r1, r2, (size_t)V * sizeof(float)), 0, "decode step %d after restoring from the host", d);
+    }
+    free(r1), free(r2), free(ids);
+    nf_state_free(back);
+    nf_state_free(h);
+    nf_state_free(s1);
+    nf_state_free(sp);
+    nf_backend_free(fb);
+    for (int k = 0; k < 2; k++) nf_backend_free(stages[k].be);
     nf_backend_free(one);
     nf_model_free(m);
 }

@@ -25,6 +25,7 @@
 #include "model/model.h"
 #include "model/pipeline.h"
 #include "model/recipe.h"
+#include "model/state_fill.h"
 #include "model/synth.h"
 #include "util/error.h"
 
@@ -93,8 +94,62 @@ static int run(nf_backend *be, const nf_pipeline *p, const int32_t *prompt, floa
     return rc;
 }
 
+/* --fill synthetic through the pipeline (nf-bench --gpus N --fill synthetic): scales measured through the
+ * pipeline's state equal one backend's after the same prefill, and decode steps after the same fill agree */
+static void test_fill(const char *label, nf_pipeline *p, nf_backend *one, const int32_t *prompt) {
+    const nf_hparams *hp = &p->model->hp;
+    const int V = hp->n_vocab;
+    nf_backend *fb = nf_pipeline_backend_create(p);
+    nf_state *s1 = nf_backend_state_create(one, 16), *sp = fb ? nf_backend_state_create(fb, 16) : NULL;
+    float *r1 = malloc((size_t)V * sizeof(float)), *r2 = malloc((size_t)V * sizeof(float));
+    nf_state_fill_scales a, b;
+    const int64_t to = NPROMPT + 2 * hp->idx_kpool + 3;
+    int rc = s1 && sp ? 0 : -1;
+    if (rc == 0) rc = nf_prefill(one, s1, prompt, NPROMPT, CHUNK, NULL, 0, NULL);
+    if (rc == 0) rc = nf_prefill(fb, sp, prompt, NPROMPT, CHUNK, NULL, 0, NULL);
+    if (rc == 0) rc = nf_state_fill_measure(hp, s1, &a);
+    if (rc == 0) rc = nf_state_fill_measure(hp, sp, &b);
+    CHECK(rc == 0, "%s: fill: %s", label, nf_error());
+    double worst = 0;
+    if (rc == 0) {
+        for (int l = 0; l < hp->n_layer; l++) {
+            const nf_state_fill_rms *x = &a.L[l], *y = &b.L[l];
+            const float xs[6] = {x->latent, x->pool_key, x->open_key, x->open_gate, x->kda_S, x->conv};
+            const float ys[6] = {y->latent, y->pool_key, y->open_key, y->open_gate, y->kda_S, y->conv};
+            for (int i = 0; i < 6; i++) worst = fmax(worst, fabs(xs[i] - ys[i]) / (xs[i] > 0 ? xs[i] : 1));
+        }
+        CHECK(worst <= 1e-5, "%s: fill scales through the pipeline differ by %.2e relative", label, worst);
+        rc = nf_state_fill(s1, to, 3, &a);
+        if (rc == 0) rc = nf_state_fill(sp, to, 3, &a);
+        CHECK(rc == 0, "%s: fill: %s", label, nf_error());
+    }
+    double dmax = 0;
+    for (int d = 0; rc == 0 && d < 3; d++) {
+        int32_t t = prompt[d];
+        rc = nf_forward(one, s1, &t, 1, r1, 0, NULL);
+        if (rc == 0) rc = nf_forward(fb, sp, &t, 1, r2, 0, NULL);
+        CHECK(rc == 0, "%s: decode after the fill: %s", label, nf_error());
+        double mx = 0, e = 0;
+        for (int i = 0; rc == 0 && i < V; i++) {
+            mx = fmax(mx, fabs(r1[i]));
+            e = fmax(e, isfinite(r2[i]) ? fabs(r1[i] - r2[i]) : INFINITY);
+        }
+        dmax = fmax(dmax, e / (mx > 0 ? mx : 1));
+    }
+    if (rc == 0) {
+        printf("  %-34s fill to %lld: scales max rel %.2e, decode logits max rel %.2e  %s\n", label, (long long)to,
+               worst, dmax, dmax <= 1e-5 ? "ok" : "FAIL");
+        CHECK(dmax <= 1e-5, "%s: decode after the fill differs by %.2e relative", label, dmax);
+    }
+    free(r1);
+    free(r2);
+    nf_state_free(s1);
+    nf_state_free(sp);
+    nf_backend_free(fb);
+}
+
 static void test_split(const char *label, const nf_model *m, nf_backend *one, const int32_t *prompt, int split,
-                       int n_dev) {
+                       int n_dev, int fill) {
     const nf_hparams *hp = &m->hp;
     const int V = hp->n_vocab;
     nf_stage st[2] = {{NULL, 0, split}, {NULL, split, hp->n_layer}};
@@ -122,15 +177,16 @@ static void test_split(const char *label, const nf_model *m, nf_backend *one, co
         CHECK(split + 1 >= hp->n_layer || nf_pipeline_init(&(nf_pipeline){0}, 2, wrong) < 0,
               "%s: a stage asking a backend for a layer it does not hold was accepted", label);
     }
+    CHECK(p.handover_dev == 1, "%s: CUDA stages do not hand over device to device", label);
     float *ref = calloc((size_t)NTOK * V, sizeof(float)), *got = calloc((size_t)NTOK * V, sizeof(float));
     int32_t gref[NDEC], ggot[NDEC];
-    int rc = run(one, NULL, prompt, ref, gref, 0);
-    CHECK(rc == 0, "%s: one backend: %s", label, nf_error());
-    if (rc == 0) {
-        rc = run(NULL, &p, prompt, got, ggot, 1);
+    int rc0 = run(one, NULL, prompt, ref, gref, 0);
+    CHECK(rc0 == 0, "%s: one backend: %s", label, nf_error());
+    for (int dev = 1; rc0 == 0 && dev >= 0; dev--) { /* device to device (cuda_peer.cu), then through the host */
+        p.handover_dev = dev;
+        int rc = run(NULL, &p, prompt, got, ggot, 1);
         CHECK(rc == 0, "%s: pipeline: %s", label, nf_error());
-    }
-    if (rc == 0) {
+        if (rc != 0) continue;
         double worst = 0;
         int identical = 0;
         for (int r = 0; r < NTOK; r++) {
@@ -144,12 +200,13 @@ static void test_split(const char *label, const nf_model *m, nf_backend *one, co
             identical += !memcmp(ref + (size_t)r * V, got + (size_t)r * V, (size_t)V * sizeof(float));
         }
         const int greedy_same = !memcmp(gref, ggot, sizeof gref);
-        printf("  %-34s split at %2d: logits max rel %.2e, %d/%d rows bit-identical, greedy %d %s  %s\n", label,
-               split, worst, identical, NTOK, NDEC, greedy_same ? "identical" : "DIFFER",
-               worst <= 1e-5 && greedy_same ? "ok" : "FAIL");
+        printf("  %-34s split at %2d, %-6s: logits max rel %.2e, %d/%d rows bit-identical, greedy %d %s  %s\n",
+               label, split, dev ? "device" : "host", worst, identical, NTOK, NDEC,
+               greedy_same ? "identical" : "DIFFER", worst <= 1e-5 && greedy_same ? "ok" : "FAIL");
         CHECK(worst <= 1e-5, "%s split %d: logits differ by %.2e relative", label, split, worst);
         CHECK(greedy_same, "%s split %d: greedy tokens differ", label, split);
     }
+    if (rc0 == 0 && fill) test_fill(label, &p, one, prompt);
     free(ref);
     free(got);
 done:
@@ -188,12 +245,12 @@ int nf_gpu_test_pipeline(int quick) {
             if (one && nt == NPROMPT) {
                 const nf_hparams *hp = &m->hp;
                 snprintf(label, sizeof label, "fixture %s %s", fixtures[fi], recipes[r]);
-                test_split(label, m, one, prompt, hp->n_layer / 2, n_dev);
+                test_split(label, m, one, prompt, hp->n_layer / 2, n_dev, r == 0 && fi == 0);
                 /* the last shared-indexer layer (other than the half split) starts stage 1 */
                 for (int l = hp->n_layer - 1; l > 0; l--)
                     if (l != hp->n_layer / 2 && hp->layer_kind[l] == NF_LAYER_MLA && hp->indexer_shared[l]) {
                         snprintf(label, sizeof label, "fixture %s %s (shared)", fixtures[fi], recipes[r]);
-                        test_split(label, m, one, prompt, l, n_dev);
+                        test_split(label, m, one, prompt, l, n_dev, 0);
                         break;
                     }
             }
@@ -218,7 +275,7 @@ int nf_gpu_test_pipeline(int quick) {
                 x = x * 6364136223846793005ull + 1442695040888963407ull;
                 prompt[i] = (int32_t)((x >> 33) % (uint64_t)m->hp.n_vocab);
             }
-            test_split("synthetic tiny q8 (made on the GPU)", m, one, prompt, m->hp.n_layer / 2 + 1, n_dev);
+            test_split("synthetic tiny q8 (made on the GPU)", m, one, prompt, m->hp.n_layer / 2 + 1, n_dev, 0);
         }
         nf_backend_free(one);
         nf_model_free(m);

@@ -34,9 +34,9 @@ QUICK = ["-t", "2", "--probe-mib", "8", "--warmup", "4", "--chunk", "32"]
 EOS = 8128
 
 
-def bench(*args, model=True, check=True):
+def bench(*args, model=True, check=True, env=None):
     cmd = [str(BENCH)] + (["-m", str(MODEL)] if model else []) + QUICK + [str(a) for a in args]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
     if check:
         assert p.returncode == 0, p.stderr
     return p
@@ -543,7 +543,25 @@ def test_pipeline_stages_give_the_serial_hashes_and_print_the_plan(tmp_path):
                       (["--split", "0"], "--split: expected auto"),
                       (["--split", "9"], "outside the model's layers"),
                       (["--gpus", "0"], "--gpus: expected 1..16"),
-                      (["--gpus", "2", "--draft", "lookup"], "not supported yet"),
-                      (["--gpus", "2", "--fill", "synthetic"], "not supported yet")):
+                      (["--gpus", "2", "--draft", "lookup"], "not supported yet")):
         p = bench("--frontiers", "64", "--gen", "4", *args, check=False)
         assert p.returncode == 2 and msg in p.stderr, (args, p.stderr)
+
+
+def test_pipeline_with_synthetic_fill_gives_the_serial_hashes(tmp_path):
+    """--gpus N --fill synthetic: each stage fills its layers as one state would (the scales measured through the
+    pipeline's state), so the probe tokens after the fill are one backend's; both hand-overs agree."""
+    args = ("--synthetic", "tiny:f32", "--frontiers", "64,1000", "--gen", 4, "--fill", "synthetic")
+    one = tmp_path / "one.csv"
+    bench(*args, "--csv", one, model=False)
+    _, ref = read_csv(one)
+    for env in ({}, {"NF_PIPELINE_HANDOVER": "host"}):
+        out = tmp_path / "p.csv"
+        p = bench(*args, "--gpus", "2", "--csv", out, model=False, env=env)
+        _, rows = read_csv(out)
+        assert [r["gen_ids_hash"] for r in rows] == [r["gen_ids_hash"] for r in ref], env
+        assert [r["fill"] for r in rows] == ["synthetic", "synthetic"]
+        want = "through the host" if env else "backend to backend"
+        assert f"stages hand over {want}" in p.stderr, p.stderr
+    p = bench(*args, "--gpus", "2", model=False, env={"NF_PIPELINE_HANDOVER": "sideways"}, check=False)
+    assert p.returncode != 0 and "NF_PIPELINE_HANDOVER=sideways" in p.stderr, p.stderr

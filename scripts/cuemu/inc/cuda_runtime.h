@@ -64,6 +64,12 @@ cudaError_t cudaGraphExecUpdate(cudaGraphExec_t e, cudaGraph_t g, cudaGraphExecU
 typedef void *cudaGraphNode_t;
 cudaError_t cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t *nodes, size_t *count);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+cudaError_t cudaMemcpyPeerAsync(void *d, int dd, const void *s, int sd, size_t n, cudaStream_t st);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags);
+cudaError_t cudaDeviceCanAccessPeer(int *can, int dev, int peer);
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags);
+typedef struct { int type; int device; void *devicePointer; void *hostPointer; } cudaPointerAttributes;
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p);
 #ifdef __cplusplus
 }
 #include "cuemu_dev.h"

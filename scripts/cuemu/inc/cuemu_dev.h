@@ -68,11 +68,19 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int o) {
     return r;
 }
 void cuemu_run_grid(dim3 g, dim3 b, size_t smem, const std::function<void()> &body);
+/* several emulated devices (CUEMU_DEVICES=N): a kernel must be launched on a stream of the current device, and
+ * a pointer argument inside a device allocation must belong to the stream's device (cuemu.cpp aborts otherwise:
+ * the mistakes a pipeline over several GPUs can make, caught without the GPUs) */
+void cuemu_check_launch(void *stream);
+void cuemu_check_ptr(const void *p, const char *what);
+template <class T> inline void cuemu_check_arg(const T &) {}
+template <class T> inline void cuemu_check_arg(T *const &p) { cuemu_check_ptr((const void *)p, "kernel argument"); }
 struct cuemu_cfg {
     dim3 g, b;
     size_t smem;
-    cuemu_cfg(dim3 g_, dim3 b_, size_t s = 0, void *st = 0) : g(g_), b(b_), smem(s) { (void)st; }
+    cuemu_cfg(dim3 g_, dim3 b_, size_t s = 0, void *st = 0) : g(g_), b(b_), smem(s) { cuemu_check_launch(st); }
     template <class F, class... A> void run(F f, A... args) {
+        (cuemu_check_arg(args), ...);
         std::function<void()> body = [&]() { f(args...); };
         cuemu_run_grid(g, b, smem, body);
     }
