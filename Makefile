@@ -100,7 +100,12 @@ $(BUILD)/src/bench/run_env.o $(BUILD)/cuda/src/bench/run_env.o: $(BUILD_ID_H)
 $(BUILD)/src/bench/run_env.o $(BUILD)/cuda/src/bench/run_env.o: CFLAGS += -I$(BUILD)/gen
 
 # ---- CUDA -------------------------------------------------------------------------------------------
-cuda: $(CUDA_TOOLS) $(BUILD)/cuda/nf-gpu-tests
+cuda: $(CUDA_TOOLS) $(BUILD)/cuda/nf-gpu-tests $(BUILD)/lab/iq2_dp4a
+
+# Lab kernels (bench/lab/*.cu): standalone experiments, each one program with its own checks (see its header).
+$(BUILD)/lab/%: bench/lab/%.cu src/formats/iq2_tables.c
+	@mkdir -p $(@D)
+	$(NVCC) $(filter-out -MMD -MP,$(NVFLAGS)) $^ -o $@ -lm
 
 # GPU tests: tests/gpu/*.c, one binary (main.c calls each file's entry); `make gpu-test` runs it on a machine with a
 # GPU (it converts the fixtures with $(BUILD)/cuda/nf-convert, so it needs the CUDA build of the tools).
