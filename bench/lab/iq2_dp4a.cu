@@ -70,21 +70,95 @@ __host__ __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
 #endif
 }
 
-/* One 32-weight group: idx = 4 grid indices, aux = 4 sign indices (7 bits) and the 4-bit scale s; xq = the 32 int8
- * activations as 8 words. Returns (2s + 1) * sum(sign * grid * xq): the group's weights are d * (2s + 1) / 8 * that. */
-template <int L, typename TAB>
-__host__ __device__ __forceinline__ int sub8(uint32_t idx, uint32_t aux, const uint32_t *xq, const TAB &tab, int isum) {
-    const uint32_t t = tab.template grid<L>(idx) | tab.template sign<L>(aux);
-    isum = dp4a(prmt(VPOS, VNEG, t), xq[2 * L], isum);
-    return dp4a(prmt(VPOS, VNEG, t >> 16), xq[2 * L + 1], isum);
+/* dp4a of signed weights a against unsigned activation bytes b (the low planes of the 24-bit activation) */
+__host__ __device__ __forceinline__ int dp4a_su(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    int d;
+    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> (8 * k)) * (int)(uint8_t)(b >> (8 * k));
+    return c;
+#endif
 }
+
+/* The activation of a 64-column chunk as NP byte planes: NP 1, int8 q = rint(x * 127 / amax) (the approximation
+ * llama.cpp makes); NP 3, the 24-bit v = rint(x * (2^23 - 1) / amax) as its three bytes (two unsigned, the top one
+ * signed), an error of at most 2^-24 amax per value: the order of f32 rounding, so the activation stays (to that
+ * order) a continuous function of x, as the f32 path's design asks (src/cpu/matmul.c). Layout of a chunk's words:
+ * [group g < 2][plane p < NP][8 words], plane 0 the lowest byte. xs8 = the value of one unit / 8 (the 1/8 of the
+ * IQ2_XXS scale folded in). */
+template <int NP> __host__ __device__ __forceinline__ void quant_chunk(const float *x, uint32_t *q, float *xs8) {
+    float amax = 0.f;
+    for (int i = 0; i < 64; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float top = NP == 1 ? 127.0f : 8388607.0f;
+    const float inv = amax > 0.f ? top / amax : 0.f;
+    for (int g = 0; g < 2; g++)
+        for (int w = 0; w < 8; w++) {
+            uint32_t v[NP] = {};
+            for (int k = 0; k < 4; k++) {
+                int qi = (int)rintf(x[32 * g + 4 * w + k] * inv);
+                qi = qi > (int)top ? (int)top : qi < -(int)top - 1 ? -(int)top - 1 : qi;
+                for (int p = 0; p < NP; p++) v[p] |= (uint32_t)((qi >> (8 * p)) & 0xFF) << (8 * k);
+            }
+            for (int p = 0; p < NP; p++) q[(g * NP + p) * 8 + w] = v[p];
+        }
+    *xs8 = amax / top * 0.125f;
+}
+/* the value of activation i (< 64) of a chunk quantized by quant_chunk<NP>, in units of xs8 * 8 */
+template <int NP> static int chunk_unit(const uint32_t *q, int i) {
+    const int g = i / 32, w = (i % 32) / 4, k = i % 4;
+    int v = 0;
+    for (int p = 0; p < NP; p++) {
+        const uint32_t b = (q[(g * NP + p) * 8 + w] >> (8 * k)) & 0xFF;
+        v += (p == NP - 1 ? (int)(int8_t)b : (int)b) * (1 << (8 * p));
+    }
+    return v;
+}
+
+/* One 32-weight group: idx = 4 grid indices, aux = 4 sign indices (7 bits) and the 4-bit scale s; xw = the group's
+ * activation words ([plane][8]). Returns (2s + 1) * sum(sign * grid * value): the group's weights are
+ * d * (2s + 1) / 8 * that. NP 1: an exact int. NP 3: the three plane sums (exact ints) combined in f32. */
+template <int NP> struct gsum { using type = float; };
+template <> struct gsum<1> { using type = int; };
+template <int L, int NP, typename TAB>
+__host__ __device__ __forceinline__ void sub8(uint32_t idx, uint32_t aux, const uint32_t *xw, const TAB &tab, int (&s)[NP]) {
+    const uint32_t t = tab.template grid<L>(idx) | tab.template sign<L>(aux);
+    const uint32_t wl = prmt(tab.vpos, VNEG, t), wh = prmt(tab.vpos, VNEG, t >> 16);
+    if (NP == 1) {
+        s[0] = dp4a(wl, xw[2 * L], s[0]);
+        s[0] = dp4a(wh, xw[2 * L + 1], s[0]);
+    } else {
+        for (int p = 0; p < NP; p++) {
+            if (p < NP - 1) {
+                s[p] = dp4a_su(wl, xw[8 * p + 2 * L], s[p]);
+                s[p] = dp4a_su(wh, xw[8 * p + 2 * L + 1], s[p]);
+            } else {
+                s[p] = dp4a(wl, xw[8 * p + 2 * L], s[p]);
+                s[p] = dp4a(wh, xw[8 * p + 2 * L + 1], s[p]);
+            }
+        }
+    }
+}
+template <int NP, typename TAB>
+__host__ __device__ __forceinline__ typename gsum<NP>::type group_sum(uint32_t idx, uint32_t aux, const uint32_t *xw, const TAB &tab) {
+    int s[NP] = {};
+    sub8<0, NP>(idx, aux, xw, tab, s);
+    sub8<1, NP>(idx, aux, xw, tab, s);
+    sub8<2, NP>(idx, aux, xw, tab, s);
+    sub8<3, NP>(idx, aux, xw, tab, s);
+    const int k = (int)(2 * (aux >> 28) + 1);
+    if constexpr (NP == 1) {
+        return s[0] * k;
+    } else {
+        /* |s[2]| < 2^18 is exact in f32; s[1] * 256 + s[0] (< 2^27) rounds once */
+        return fmaf((float)s[2], 65536.0f, (float)(s[1] * 256 + s[0])) * (float)k;
+    }
+}
+/* the NP 1 sum of the register kernel (its activation words of the group: 8 consecutive words) */
 template <typename TAB>
 __host__ __device__ __forceinline__ int group_dot(uint32_t idx, uint32_t aux, const uint32_t *xq, const TAB &tab) {
-    int isum = sub8<0>(idx, aux, xq, tab, 0);
-    isum = sub8<1>(idx, aux, xq, tab, isum);
-    isum = sub8<2>(idx, aux, xq, tab, isum);
-    isum = sub8<3>(idx, aux, xq, tab, isum);
-    return isum * (int)(2 * (aux >> 28) + 1);
+    return group_sum<1>(idx, aux, xq, tab);
 }
 
 /* the tables as the host builds them (and the GPU copies per CTA) */
@@ -109,6 +183,7 @@ static void build_tables(uint32_t *grid, uint32_t *sign) {
 
 struct host_tab {
     const uint32_t *g, *s;
+    uint32_t vpos = VPOS;
     template <int L> __host__ __device__ uint32_t grid(uint32_t idx) const { return g[(idx >> (8 * L)) & 255]; }
     template <int L> __host__ __device__ uint32_t sign(uint32_t aux) const { return s[(aux >> (7 * L)) & 127]; }
 };
@@ -121,6 +196,7 @@ template <int PRIV> struct dev_tab {
     static constexpr uint32_t SIGN_AT = PRIV ? 4 * 32 * GRID_WORDS : 4 * GRID_WORDS;
     const uint8_t *img; /* host only */
     uint32_t base, sbase; /* for the per-lane tables (with lane * 4), for the shared ones */
+    uint32_t vpos;        /* VPOS */
     template <uint32_t OFF> __host__ __device__ __forceinline__ uint32_t at(uint32_t a) const {
 #ifdef __CUDA_ARCH__
         uint32_t v;
@@ -155,22 +231,6 @@ template <int PRIV> __host__ __device__ __forceinline__ uint32_t tab_word(int i,
     return gtab[GRID_WORDS + (i - 32 * GRID_WORDS)];
 }
 
-/* activation chunk c (64 values) -> 16 words of int8 and its scale / 8 (the 1/8 of the IQ2_XXS scale folded in) */
-__host__ __device__ __forceinline__ void quant_chunk(const float *x, uint32_t *q, float *xs8) {
-    float amax = 0.f;
-    for (int i = 0; i < 64; i++) amax = fmaxf(amax, fabsf(x[i]));
-    const float inv = amax > 0.f ? 127.0f / amax : 0.f;
-    for (int w = 0; w < 16; w++) {
-        uint32_t v = 0;
-        for (int k = 0; k < 4; k++) {
-            const int qi = (int)rintf(x[4 * w + k] * inv);
-            v |= (uint32_t)(uint8_t)(int8_t)qi << (8 * k);
-        }
-        q[w] = v;
-    }
-    *xs8 = amax / 127.0f * 0.125f;
-}
-
 __host__ __device__ __forceinline__ float h2f_bits(uint16_t b) {
 #ifdef __CUDA_ARCH__
     return __half2float(__ushort_as_half(b));
@@ -180,6 +240,11 @@ __host__ __device__ __forceinline__ float h2f_bits(uint16_t b) {
 }
 
 /* ---- kernels ---- */
+/* v in a register the compiler cannot see through: it keeps a lookup base as one register (not a uniform table base
+ * plus the lane, two LOP3s per lookup) and the PRMT byte pair as one register (not rematerialised per PRMT) */
+__device__ __forceinline__ uint32_t opaque(uint32_t v) {
+    return __shfl_sync(0xffffffffu, v, (int)(threadIdx.x & 31)); /* ptxas sees through a mov, not a shuffle */
+}
 __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -200,9 +265,9 @@ __global__ void __launch_bounds__(256) gemv_dp4a(const uint4 *qs, const uint16_t
     uint32_t xq[CPL][16];
     float xs8[CPL];
 #pragma unroll
-    for (int c = 0; c < CPL; c++) quant_chunk(x + 64 * (lane + 32 * c), xq[c], &xs8[c]);
+    for (int c = 0; c < CPL; c++) quant_chunk<1>(x + 64 * (lane + 32 * c), xq[c], &xs8[c]);
     __syncthreads();
-    const dev_tab<PRIV> T = {nullptr, A + (PRIV ? 4u * (uint32_t)lane : 0u), A};
+    const dev_tab<PRIV> T = {nullptr, opaque(A + (PRIV ? 4u * (uint32_t)lane : 0u)), opaque(A), opaque(VPOS)};
     const int cpr = 32 * CPL, nb = cpr / 4; /* 16-byte chunks and 256-weight blocks per row */
     const int gw = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), nw = (int)((gridDim.x * blockDim.x) >> 5);
     uint4 v[R][CPL];
@@ -243,6 +308,94 @@ __global__ void __launch_bounds__(256) gemv_dp4a(const uint4 *qs, const uint16_t
                     v[r][c] = vn[r][c];
                     d[r][c] = dn[r][c];
                 }
+        }
+    }
+}
+
+/* The activation in shared memory (NP planes, as 16-byte quads: quad (p, q) of chunk c at ((p * 4 + q) * nch + c) * 16
+ * past the table, conflict-free for consecutive lanes), the loop turned so that a group's activation words are
+ * loaded once for the R rows of a step: what the 24-bit activation (NP 3, 48 registers a chunk) needs, and NP 1 for
+ * comparison with the register kernel (the same bits). */
+template <int NP> __host__ __device__ constexpr size_t sx_bytes(int nch) { return (size_t)NP * 64 * nch + 4 * (size_t)nch; }
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+template <int PRIV, int R, int CPL, int NP>
+__global__ void __launch_bounds__(256) gemv_sx(const uint4 *qs, const uint16_t *dsc, const float *x, float *y,
+                                                const uint32_t *gtab, int rows) {
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int lane = threadIdx.x & 31;
+    constexpr int nch = 32 * CPL, nb = nch / 4;
+    const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smem);
+    const uint32_t A = (sb + tab_align<PRIV>() - 1) & ~(tab_align<PRIV>() - 1);
+    const uint32_t XA = A + 4 * tab_words<PRIV>(), XS = XA + NP * 64 * nch;
+    for (int i = threadIdx.x; i < tab_words<PRIV>(); i += blockDim.x)
+        asm volatile("st.shared.u32 [%0], %1;" ::"r"(A + 4 * i), "r"(tab_word<PRIV>(i, gtab)));
+    for (int c = threadIdx.x; c < nch; c += blockDim.x) {
+        uint32_t q[2 * NP * 8];
+        float xs8;
+        quant_chunk<NP>(x + 64 * c, q, &xs8);
+        for (int g = 0; g < 2; g++)
+            for (int p = 0; p < NP; p++)
+                for (int h = 0; h < 2; h++) {
+                    const uint32_t *w = q + (g * NP + p) * 8 + 4 * h;
+                    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(XA + ((p * 4 + 2 * g + h) * nch + c) * 16),
+                                 "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]));
+                }
+        asm volatile("st.shared.f32 [%0], %1;" ::"r"(XS + 4 * c), "f"(xs8));
+    }
+    __syncthreads();
+    const dev_tab<PRIV> T = {nullptr, opaque(A + (PRIV ? 4u * (uint32_t)lane : 0u)), opaque(A), opaque(VPOS)};
+    const int gw = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), nw = (int)((gridDim.x * blockDim.x) >> 5);
+    for (int r0 = gw * R; r0 < rows; r0 += nw * R) {
+        uint4 v[R][CPL];
+        uint16_t d[R][CPL];
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int c = 0; c < CPL; c++) {
+                v[r][c] = ld_stream(qs + (size_t)(r0 + r) * nch + lane + 32 * c);
+                d[r][c] = __ldg(dsc + (size_t)(r0 + r) * nb + (lane + 32 * c) / 4);
+            }
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[r] = 0.f;
+#pragma unroll
+        for (int c = 0; c < CPL; c++) {
+            const int ci = lane + 32 * c;
+            float xs8;
+            asm volatile("ld.shared.f32 %0, [%1];" : "=f"(xs8) : "r"(XS + 4 * ci));
+            typename gsum<NP>::type part[R];
+#pragma unroll
+            for (int r = 0; r < R; r++) part[r] = 0;
+#pragma unroll
+            for (int g = 0; g < 2; g++) {
+                uint32_t xw[NP * 8];
+#pragma unroll
+                for (int p = 0; p < NP; p++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const uint4 a = lds128(XA + ((p * 4 + 2 * g + h) * nch + ci) * 16);
+                        xw[8 * p + 4 * h] = a.x;
+                        xw[8 * p + 4 * h + 1] = a.y;
+                        xw[8 * p + 4 * h + 2] = a.z;
+                        xw[8 * p + 4 * h + 3] = a.w;
+                    }
+#pragma unroll
+                for (int r = 0; r < R; r++)
+                    part[r] += group_sum<NP>(g ? v[r][c].z : v[r][c].x, g ? v[r][c].w : v[r][c].y, xw, T);
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r] = fmaf(h2f_bits(d[r][c]) * xs8, (float)part[r], acc[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float a = acc[r];
+#pragma unroll
+            for (int o = 16; o >= 1; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+            if (lane == 0) y[r0 + r] = a;
         }
     }
 }
@@ -302,53 +455,26 @@ struct variant {
     void (*launch)(int blocks, size_t smem, const uint4 *, const uint16_t *, const float *, float *, const uint32_t *, int);
     const void *fn;
     size_t smem;
+    int np; /* the activation planes (the host result it must equal), 0: no result */
 };
 template <int PRIV, int R, int CPL, bool PF>
 static void launch_dp4a(int blocks, size_t smem, const uint4 *q, const uint16_t *d, const float *x, float *y, const uint32_t *t, int rows) {
     gemv_dp4a<PRIV, R, CPL, PF><<<blocks, 256, smem>>>(q, d, x, y, t, rows);
 }
+template <int PRIV, int R, int CPL, int NP>
+static void launch_sx(int blocks, size_t smem, const uint4 *q, const uint16_t *d, const float *x, float *y, const uint32_t *t, int rows) {
+    gemv_sx<PRIV, R, CPL, NP><<<blocks, 256, smem>>>(q, d, x, y, t, rows);
+}
 template <int R, int CPL>
 static void launch_read(int blocks, size_t, const uint4 *q, const uint16_t *d, const float *, float *y, const uint32_t *, int rows) {
     read_only<R, CPL><<<blocks, 256>>>(q, d, y, rows);
 }
-#define DP(P, R, C) {"dp4a_priv" #P "_r" #R, launch_dp4a<P, R, C, false>, (const void *)gemv_dp4a<P, R, C, false>, tab_smem<P>()}
-#define DPF(P, R, C) {"dp4a_priv" #P "_r" #R "_pf", launch_dp4a<P, R, C, true>, (const void *)gemv_dp4a<P, R, C, true>, tab_smem<P>()}
-#define RD(R, C) {"read_r" #R, launch_read<R, C>, (const void *)read_only<R, C>, 0}
+#define DP(P, R, C) {"dp4a_priv" #P "_r" #R, launch_dp4a<P, R, C, false>, (const void *)gemv_dp4a<P, R, C, false>, tab_smem<P>(), 1}
+#define DPF(P, R, C) {"dp4a_priv" #P "_r" #R "_pf", launch_dp4a<P, R, C, true>, (const void *)gemv_dp4a<P, R, C, true>, tab_smem<P>(), 1}
+#define SX(P, R, C, N) {"sx" #N "_priv" #P "_r" #R, launch_sx<P, R, C, N>, (const void *)gemv_sx<P, R, C, N>, tab_smem<P>() + sx_bytes<N>(32 * C), N}
+#define RD(R, C) {"read_r" #R, launch_read<R, C>, (const void *)read_only<R, C>, 0, 0}
 
 template <int CPL> static int run(int rows, int cols);
-
-/* the kernel's shared-table addressing (dev_tab<PRIV> over the image the kernel builds), on the host: every lane's
- * partial sums must equal the plain-table emulation's (the first rows only: it is the addressing under test) */
-template <int PRIV, int CPL>
-static int check_dev_tab(int rows, int nb, const uint8_t *qs, const uint16_t *dsc, const uint32_t (*xq)[16],
-                         const float *xs8, const float *y_emu, const uint32_t *gt) {
-    uint32_t *img = (uint32_t *)malloc(sizeof(uint32_t) * tab_words<PRIV>());
-    for (int i = 0; i < tab_words<PRIV>(); i++) img[i] = tab_word<PRIV>(i, gt);
-    int bad = 0;
-    for (int r = 0; r < rows && r < 256; r++) {
-        float lanes[32];
-        for (int l = 0; l < 32; l++) {
-            const dev_tab<PRIV> T = {(const uint8_t *)img, PRIV ? 4u * (uint32_t)l : 0u, 0u};
-            float acc = 0.f;
-            for (int c = 0; c < CPL; c++) {
-                const int ci = l + 32 * c;
-                const uint32_t *g = (const uint32_t *)(qs + (size_t)r * nb * 64 + 16 * ci);
-                const int ib = group_dot(g[0], g[1], xq[ci], T) + group_dot(g[2], g[3], xq[ci] + 8, T);
-                acc = fmaf(h2f_bits(dsc[(size_t)r * nb + ci / 4]) * xs8[ci], (float)ib, acc);
-            }
-            lanes[l] = acc;
-        }
-        for (int o = 16; o >= 1; o >>= 1) {
-            float t[32];
-            for (int l = 0; l < 32; l++) t[l] = lanes[l] + lanes[l ^ o];
-            memcpy(lanes, t, sizeof t);
-        }
-        bad += lanes[0] != y_emu[r];
-    }
-    free(img);
-    if (bad) printf("FAIL table layout PRIV %d: %d rows differ\n", PRIV, bad);
-    return bad != 0;
-}
 
 int main(int argc, char **argv) {
     const int rows = argc > 1 ? atoi(argv[1]) : 32768, cols = argc > 2 ? atoi(argv[2]) : 4096;
@@ -362,6 +488,93 @@ int main(int argc, char **argv) {
     case 4: return run<4>(rows, cols);
     default: fprintf(stderr, "iq2_dp4a: cols %d: only 2048, 4096, 8192\n", cols); return 2;
     }
+}
+
+/* The kernels' arithmetic on the host, lane by lane: y[r] for rows [0, nrows). q: the quantized activation (chunk
+ * ci's words at q + 16 * NP * ci, quant_chunk's layout), tab: the tables (host_tab, or dev_tab over the kernel's
+ * shared image to check its addressing). The per-lane sum and the xor butterfly are the kernels' order. */
+template <int NP, int CPL, typename TABF>
+static void emulate(int nrows, int nb, const uint8_t *qs, const uint16_t *dsc, const uint32_t *q, const float *xs8,
+                    float *y, const TABF &tab_of_lane) {
+    for (int r = 0; r < nrows; r++) {
+        float lanes[32];
+        for (int l = 0; l < 32; l++) {
+            const auto T = tab_of_lane(l);
+            float acc = 0.f;
+            for (int c = 0; c < CPL; c++) {
+                const int ci = l + 32 * c;
+                const uint32_t *g = (const uint32_t *)(qs + (size_t)r * nb * 64 + 16 * ci);
+                typename gsum<NP>::type part = 0;
+                part += group_sum<NP>(g[0], g[1], q + 16 * NP * ci, T);
+                part += group_sum<NP>(g[2], g[3], q + 16 * NP * ci + 8 * NP, T);
+                acc = fmaf(h2f_bits(dsc[(size_t)r * nb + ci / 4]) * xs8[ci], (float)part, acc);
+            }
+            lanes[l] = acc;
+        }
+        for (int o = 16; o >= 1; o >>= 1) {
+            float t[32];
+            for (int l = 0; l < 32; l++) t[l] = lanes[l] + lanes[l ^ o];
+            memcpy(lanes, t, sizeof t);
+        }
+        y[r] = lanes[0];
+    }
+}
+
+/* The activation quantized with NP planes, the host result y (emulation), and its checks against double references
+ * computed from the original blocks: with the quantized activation (must agree to 1e-5 of sum |w x|: the decode is
+ * exact) and with the f32 activation (printed: what the quantization costs). */
+template <int NP, int CPL>
+static int host_side(int rows, int cols, const uint8_t *orig, const uint8_t *qs, const uint16_t *dsc, const float *x,
+                     const uint32_t *gt, uint32_t *q, float *xs8, float *y) {
+    const int nb = cols / 256, cpr = cols / 64;
+    float *xdq = (float *)malloc(sizeof(float) * cols), *wrow = (float *)malloc(sizeof(float) * cols);
+    for (int c = 0; c < cpr; c++) {
+        quant_chunk<NP>(x + 64 * c, q + 16 * NP * c, &xs8[c]);
+        for (int i = 0; i < 64; i++) xdq[64 * c + i] = (float)((double)chunk_unit<NP>(q + 16 * NP * c, i) * xs8[c] * 8.0);
+    }
+    const host_tab HT = {gt, gt + GRID_WORDS};
+    emulate<NP, CPL>(rows, nb, qs, dsc, q, xs8, y, [&](int) { return HT; });
+    double worst_q = 0, worst_f = 0, sum_f2 = 0, sum_e2 = 0;
+    for (int r = 0; r < rows; r++) {
+        ref_dequant_row(orig + (size_t)r * nb * 66, nb, wrow);
+        double rq = 0, rf = 0, mag = 0;
+        for (int i = 0; i < cols; i++) {
+            rq += (double)wrow[i] * xdq[i];
+            rf += (double)wrow[i] * x[i];
+            mag += fabs((double)wrow[i] * x[i]);
+        }
+        const double eq = fabs(y[r] - rq) / mag, ef = fabs(y[r] - rf) / mag;
+        if (eq > worst_q) worst_q = eq;
+        if (ef > worst_f) worst_f = ef;
+        sum_f2 += rf * rf;
+        sum_e2 += (y[r] - rf) * (y[r] - rf);
+    }
+    printf("# host, %d-bit activation: %d x %d; emulation vs double (quantized activation): max %.3g of sum|wx|; vs f32 "
+           "activation: max %.3g of sum|wx|, rms error / rms y = %.3g\n", 8 * NP, rows, cols, worst_q, worst_f,
+           sqrt(sum_e2 / sum_f2));
+    free(xdq);
+    free(wrow);
+    const int fail = !(worst_q <= 1e-5);
+    if (fail) printf("FAIL host emulation (%d-bit activation) differs from the reference\n", 8 * NP);
+    return fail;
+}
+
+/* the kernels' shared-table addressing (dev_tab<PRIV> over the image they build, with base 0): the first rows'
+ * results must equal the plain-table emulation's bits */
+template <int PRIV, int NP, int CPL>
+static int check_dev_tab(int rows, int nb, const uint8_t *qs, const uint16_t *dsc, const uint32_t *q, const float *xs8,
+                         const float *y, const uint32_t *gt) {
+    uint32_t *img = (uint32_t *)malloc(sizeof(uint32_t) * tab_words<PRIV>());
+    for (int i = 0; i < tab_words<PRIV>(); i++) img[i] = tab_word<PRIV>(i, gt);
+    const int n = rows < 256 ? rows : 256;
+    float *yt = (float *)malloc(sizeof(float) * n);
+    emulate<NP, CPL>(n, nb, qs, dsc, q, xs8, yt,
+                     [&](int l) { return dev_tab<PRIV>{(const uint8_t *)img, PRIV ? 4u * (uint32_t)l : 0u, 0u, VPOS}; });
+    const int bad = memcmp(yt, y, sizeof(float) * n) != 0;
+    if (bad) printf("FAIL table layout PRIV %d (%d-bit activation): rows differ\n", PRIV, 8 * NP);
+    free(img);
+    free(yt);
+    return bad;
 }
 
 template <int CPL> static int run(int rows, int cols) {
@@ -386,55 +599,17 @@ template <int CPL> static int run(int rows, int cols) {
     }
     uint32_t gt[GRID_WORDS + SIGN_WORDS];
     build_tables(gt, gt + GRID_WORDS);
-    const host_tab HT = {gt, gt + GRID_WORDS};
 
-    /* host: the kernel's arithmetic lane by lane (y_emu), and double references */
-    uint32_t (*xq)[16] = (uint32_t (*)[16])malloc(sizeof(uint32_t) * 16 * cpr);
-    float *xs8 = (float *)malloc(sizeof(float) * cpr), *xdq = (float *)malloc(sizeof(float) * cols);
-    for (int c = 0; c < cpr; c++) {
-        quant_chunk(x + 64 * c, xq[c], &xs8[c]);
-        for (int i = 0; i < 64; i++) xdq[64 * c + i] = (float)(int8_t)(xq[c][i / 4] >> (8 * (i % 4))) * xs8[c] * 8.0f;
-    }
-    float *y_emu = (float *)malloc(sizeof(float) * rows), *wrow = (float *)malloc(sizeof(float) * cols);
-    double worst_q = 0, worst_f = 0, sum_f2 = 0, sum_e2 = 0;
-    for (int r = 0; r < rows; r++) {
-        float lanes[32];
-        for (int l = 0; l < 32; l++) {
-            float acc = 0.f;
-            for (int c = 0; c < CPL; c++) {
-                const int ci = l + 32 * c;
-                const uint32_t *g = (const uint32_t *)(qs + (size_t)r * nb * 64 + 16 * ci);
-                const int ib = group_dot(g[0], g[1], xq[ci], HT) + group_dot(g[2], g[3], xq[ci] + 8, HT);
-                acc = fmaf(h2f_bits(dsc[(size_t)r * nb + ci / 4]) * xs8[ci], (float)ib, acc);
-            }
-            lanes[l] = acc;
-        }
-        for (int o = 16; o >= 1; o >>= 1) {
-            float t[32];
-            for (int l = 0; l < 32; l++) t[l] = lanes[l] + lanes[l ^ o];
-            memcpy(lanes, t, sizeof t);
-        }
-        y_emu[r] = lanes[0];
-        ref_dequant_row(orig + (size_t)r * nb * 66, nb, wrow);
-        double rq = 0, rf = 0, mag = 0;
-        for (int i = 0; i < cols; i++) {
-            rq += (double)wrow[i] * xdq[i];
-            rf += (double)wrow[i] * x[i];
-            mag += fabs((double)wrow[i] * x[i]);
-        }
-        const double eq = fabs(y_emu[r] - rq) / mag, ef = fabs(y_emu[r] - rf) / mag;
-        if (eq > worst_q) worst_q = eq;
-        if (ef > worst_f) worst_f = ef;
-        sum_f2 += rf * rf;
-        sum_e2 += (y_emu[r] - rf) * (y_emu[r] - rf);
-    }
-    printf("# host: %d x %d; emulation vs double (int8 activation): max %.3g of sum|wx|; vs f32 activation: max %.3g of "
-           "sum|wx|, rms error / rms y = %.4f\n", rows, cols, worst_q, worst_f, sqrt(sum_e2 / sum_f2));
-    int fail = worst_q > 1e-5;
-    if (fail) printf("FAIL host emulation differs from the reference\n");
-    fail |= check_dev_tab<0, CPL>(rows, nb, qs, dsc, xq, xs8, y_emu, gt);
-    fail |= check_dev_tab<1, CPL>(rows, nb, qs, dsc, xq, xs8, y_emu, gt);
-    fail |= check_dev_tab<2, CPL>(rows, nb, qs, dsc, xq, xs8, y_emu, gt);
+    /* y_emu[np]: the host result each kernel must equal, for 8-bit (np 1) and 24-bit (np 3) activations */
+    uint32_t *q1 = (uint32_t *)malloc(sizeof(uint32_t) * 16 * cpr), *q3 = (uint32_t *)malloc(sizeof(uint32_t) * 48 * cpr);
+    float *xs1 = (float *)malloc(sizeof(float) * cpr), *xs3 = (float *)malloc(sizeof(float) * cpr);
+    float *y_emu[4] = {nullptr, (float *)malloc(sizeof(float) * rows), nullptr, (float *)malloc(sizeof(float) * rows)};
+    int fail = host_side<1, CPL>(rows, cols, orig, qs, dsc, x, gt, q1, xs1, y_emu[1]);
+    fail |= host_side<3, CPL>(rows, cols, orig, qs, dsc, x, gt, q3, xs3, y_emu[3]);
+    fail |= check_dev_tab<0, 1, CPL>(rows, nb, qs, dsc, q1, xs1, y_emu[1], gt);
+    fail |= check_dev_tab<1, 1, CPL>(rows, nb, qs, dsc, q1, xs1, y_emu[1], gt);
+    fail |= check_dev_tab<2, 1, CPL>(rows, nb, qs, dsc, q1, xs1, y_emu[1], gt);
+    fail |= check_dev_tab<1, 3, CPL>(rows, nb, qs, dsc, q3, xs3, y_emu[3], gt);
 
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -463,8 +638,9 @@ template <int CPL> static int run(int rows, int cols) {
     CK(cudaMemcpy(dt, gt, sizeof gt, cudaMemcpyHostToDevice));
     float *y = (float *)malloc(sizeof(float) * rows);
 
-    const variant vs[] = {RD(4, CPL),      DP(1, 2, CPL),  DP(1, 4, CPL),  DP(2, 4, CPL), DP(0, 4, CPL),
-                          DP(1, 8, CPL), DPF(1, 2, CPL), DPF(1, 4, CPL), DPF(2, 2, CPL)};
+    const variant vs[] = {RD(4, CPL),        DP(1, 2, CPL),     DP(1, 4, CPL),     DP(2, 4, CPL),    DP(0, 4, CPL),
+                          DP(1, 8, CPL),     DPF(1, 2, CPL),    DPF(1, 4, CPL),    DPF(2, 2, CPL),   SX(1, 4, CPL, 1),
+                          SX(1, 4, CPL, 3),  SX(1, 8, CPL, 3),  SX(2, 4, CPL, 3),  SX(0, 4, CPL, 3)};
     printf("variant,rows,cols,bytes,us,gbps,blocks,device\n");
     for (const variant &v : vs) {
         if (v.smem > 48 * 1024) CK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)v.smem));
@@ -475,12 +651,13 @@ template <int CPL> static int run(int rows, int cols) {
         v.launch(blocks, v.smem, dq[0], dd[0], dx, dy, dt, rows);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
-        if (strncmp(v.name, "read", 4)) {
+        if (v.np) {
             CK(cudaMemcpy(y, dy, sizeof(float) * rows, cudaMemcpyDeviceToHost));
-            if (memcmp(y, y_emu, sizeof(float) * rows)) {
+            const float *ye = y_emu[v.np];
+            if (memcmp(y, ye, sizeof(float) * rows)) {
                 int bad = 0;
-                while (y[bad] == y_emu[bad]) bad++;
-                printf("FAIL %s: row %d gpu %.9g host %.9g\n", v.name, bad, y[bad], y_emu[bad]);
+                while (y[bad] == ye[bad]) bad++;
+                printf("FAIL %s: row %d gpu %.9g host %.9g\n", v.name, bad, y[bad], ye[bad]);
                 fail = 1;
             }
         }
