@@ -20,7 +20,7 @@ save
 timeout 60 /tmp/lab/iq2_dp4a 32768 4096 > $R/lab-32768x4096-rep3.txt 2>&1; echo "rc=$?" >> $R/lab-32768x4096-rep3.txt
 timeout 90 compute-sanitizer --tool memcheck /tmp/lab/iq2_dp4a 512 4096 > $R/lab-memcheck.txt 2>&1; echo "rc=$?" >> $R/lab-memcheck.txt
 save
-left=$((560 - SECONDS)); [ $left -gt 40 ] && IQ2_LAB_CHECK_ONLY=1 timeout $left ncu --clock-control none --kernel-name regex:"gemv_dp4a|read_only" \
+left=$((560 - SECONDS)); [ $left -gt 40 ] && IQ2_LAB_CHECK_ONLY=1 timeout $left ncu --clock-control none --kernel-name regex:"gemv_dp4a|gemv_sx|read_only" \
   --metrics gpu__time_duration.sum,dram__bytes_read.sum,smsp__inst_executed.sum,sm__inst_executed.avg.per_cycle_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,launch__registers_per_thread,launch__occupancy_limit_registers \
   --csv --page raw /tmp/lab/iq2_dp4a 14336 4096 > $R/lab-ncu.csv 2>&1
 save
