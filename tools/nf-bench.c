@@ -38,6 +38,7 @@ static void usage(FILE *o) {
 "  -m, --model FILE         GGUF model\n"
 "      --synthetic P:R      synthetic model in memory, no file: preset tiny|glm53, recipe f32|bf16|q8|q4|q2\n"
 "                           (e.g. glm53:q2; with --backend cuda the large tensors are made on the GPU)\n"
+"                           PRESET@N keeps the first N layers: glm53@32:q2 (~70 GB) fits an 80 GB GPU\n"
 "      --seed N             seed of the synthetic weights and of the synthetic token sequence (default 1)\n"
 "      --backend B          cpu (default) or cuda (CUDA builds: make cuda, build/cuda/nf-bench)\n"
 "  -t, --threads N          CPU backend threads (default: NF_THREADS or all online CPUs)\n"

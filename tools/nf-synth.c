@@ -30,6 +30,7 @@ static void usage(FILE *o) {
 "  --dry-run           print the layout summary (tensors, parameters, bytes) and write nothing; without a\n"
 "                      recipe, one line per recipe (e.g. nf-synth --dry-run glm53)\n"
 "  PRESET:RECIPE       the same as --preset PRESET --recipe RECIPE (e.g. glm53:q2, as nf-bench --synthetic)\n"
+"                      (PRESET@N: the preset's first N trunk layers, e.g. glm53@32 = --preset glm53 --layers 32)\n"
 "  --quiet             no progress output\n"
 "\n"
 "dimension overrides (applied after the preset):\n"

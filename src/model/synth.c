@@ -15,6 +15,8 @@
 
 /* ---- presets ---- */
 
+static int nf_synth_preset_full(const char *name, nf_hparams *hp);
+
 void nf_synth_derive(nf_hparams *hp, int mla_every) {
     if (hp->n_layer > NF_MAX_LAYERS) return;   /* nf_hparams_validate reports it */
     hp->n_layer_total = hp->n_layer + hp->n_nextn;
@@ -26,7 +28,42 @@ void nf_synth_derive(nf_hparams *hp, int mla_every) {
     for (int i = hp->n_layer; i < NF_MAX_LAYERS; i++) hp->layer_kind[i] = hp->layer_moe[i] = hp->indexer_shared[i] = 0;
 }
 
+/* "PRESET@N": the preset cut to its first N trunk layers (same kinds, MLA every 4th; the MTP block kept). Why: the
+ * full glm53:q2 needs ~100 GB, which one 80 GB H100 cannot hold; glm53@32:q2 runs the same per-layer kernels at the
+ * same shapes, so per-layer times, kernels per layer and bw_fraction can be compared there (never its t/s with
+ * the full model's). Returns the trunk layer count, 0 without a suffix, -1 (nf_fail) if malformed. */
+static int layer_suffix(const char *name, char *base, size_t cap) {
+    const char *at = strchr(name, '@');
+    size_t n = at ? (size_t)(at - name) : strlen(name);
+    if (n >= cap) return nf_fail("preset name \"%s\" too long", name);
+    memcpy(base, name, n);
+    base[n] = 0;
+    if (!at) return 0;
+    char *end;
+    long v = strtol(at + 1, &end, 10);
+    if (end == at + 1 || *end || v < 1 || v > NF_MAX_LAYERS)
+        return nf_fail("preset \"%s\": expected PRESET@LAYERS with LAYERS a positive trunk layer count, e.g. glm53@32", name);
+    return (int)v;
+}
+
 int nf_synth_preset(const char *name, nf_hparams *hp) {
+    char base[64];
+    int layers = layer_suffix(name, base, sizeof base);
+    if (layers < 0) return -1;
+    if (nf_synth_preset_full(base, hp) < 0) return -1;
+    if (layers) {
+        if (layers > hp->n_layer)
+            return nf_fail("preset \"%s\": %s has %d trunk layers; @%d asks for more", name, base, hp->n_layer, layers);
+        if (layers <= hp->n_dense_lead)
+            return nf_fail("preset \"%s\": @%d keeps only dense layers (%s has %d dense lead layers); keep at least "
+                           "one MoE layer", name, layers, base, hp->n_dense_lead);
+        hp->n_layer = layers;
+        nf_synth_derive(hp, 4);
+    }
+    return 0;
+}
+
+static int nf_synth_preset_full(const char *name, nf_hparams *hp) {
     memset(hp, 0, sizeof *hp);
     strcpy(hp->arch, "glm5-next");
     hp->bos_id = hp->eos_id = hp->pad_id = -1;

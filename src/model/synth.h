@@ -24,7 +24,8 @@
 #include "model/recipe.h"
 
 /* Fill hp with a preset: "tiny" (~10M parameters, every feature: KDA + MLA, dense + MoE, hc 4, indexer
- * kpool 4, one MTP block) or "glm53" (the released GLM-5.3-Flash dimensions, spec §1). -1 if unknown. */
+ * kpool 4, one MTP block) or "glm53" (the released GLM-5.3-Flash dimensions, spec §1); "PRESET@N" keeps the
+ * preset's first N trunk layers (e.g. glm53@32: fits an 80 GB GPU with the q2 recipe). -1 if unknown. */
 int nf_synth_preset(const char *name, nf_hparams *hp);
 /* Recompute the derived per-layer arrays after a dimension override: layer kinds (MLA where i % mla_every ==
  * mla_every-1; mla_every 0 keeps the current kinds), layer_moe from n_dense_lead, n_layer_total. */
@@ -55,7 +56,7 @@ int nf_synth_write(const char *path, const nf_hparams *hp, const nf_recipe *r, u
 
 /* ---- synthetic models in memory (synth_model.c) ---- */
 
-/* Parse "PRESET:RECIPE" (e.g. "glm53:q2", "tiny:f32"); fills hp (preset, derived arrays) and *r. 0 or -1 (nf_fail). */
+/* Parse "PRESET:RECIPE" (e.g. "glm53:q2", "tiny:f32", "glm53@32:q2"); fills hp (preset, derived arrays) and *r. 0 or -1 (nf_fail). */
 int nf_synth_spec_parse(const char *spec, nf_hparams *hp, const nf_recipe **r);
 
 /* A synthetic model in memory, no file. mode NF_SYNTH_HOST: every tensor's values on the host (small presets; the

@@ -26,7 +26,7 @@
 int nf_synth_spec_parse(const char *spec, nf_hparams *hp, const nf_recipe **r) {
     const char *colon = spec ? strchr(spec, ':') : NULL;
     if (!colon || colon == spec || !colon[1])
-        return nf_fail("synthetic model \"%s\": expected PRESET:RECIPE, e.g. glm53:q2 (presets: tiny, glm53; "
+        return nf_fail("synthetic model \"%s\": expected PRESET:RECIPE, e.g. glm53:q2 or glm53@32:q2 (presets: tiny, glm53; "
                        "recipes: %s)", spec ? spec : "", nf_recipe_names());
     char preset[64];
     size_t n = (size_t)(colon - spec);

@@ -50,6 +50,40 @@ Test(synth_model, spec_parse) {
     cr_expect_eq(nf_synth_spec_parse(NULL, &hp, &r), -1);
 }
 
+/* PRESET@N: the preset's first N trunk layers with the full model's kinds (MLA every 4th, the dense lead). */
+Test(synth_model, spec_parse_layers) {
+    nf_hparams full, hp;
+    const nf_recipe *r = NULL;
+    cr_assert_eq(nf_synth_spec_parse("glm53:q2", &full, &r), 0, "%s", nf_error());
+    cr_assert_eq(nf_synth_spec_parse("glm53@32:q2", &hp, &r), 0, "%s", nf_error());
+    cr_expect_eq(hp.n_layer, 32);
+    cr_expect_eq(hp.n_layer_total, 32 + full.n_nextn);
+    cr_expect_eq(hp.n_embd, full.n_embd);
+    cr_expect_eq(hp.n_expert, full.n_expert);
+    cr_expect_str_eq(r->name, "q2");
+    for (int i = 0; i < 32; i++) {
+        cr_expect_eq(hp.layer_kind[i], full.layer_kind[i], "layer %d kind", i);
+        cr_expect_eq(hp.layer_moe[i], full.layer_moe[i], "layer %d moe", i);
+    }
+    for (int i = 32; i < NF_MAX_LAYERS; i++) cr_expect_eq(hp.layer_kind[i], 0, "layer %d beyond the trunk", i);
+    cr_assert_eq(nf_synth_spec_parse("tiny@2:f32", &hp, &r), 0, "%s", nf_error());
+    cr_expect_eq(hp.n_layer, 2);
+    cr_expect_eq(hp.n_embd, 256);
+    cr_assert_eq(nf_synth_spec_parse("glm53@45:q2", &hp, &r), 0, "%s", nf_error());
+    cr_expect_eq(memcmp(&hp, &full, sizeof hp), 0, "@45 is the full preset");
+
+    struct { const char *spec, *why; } bad[] = {
+        {"glm53@:q2", "expected PRESET@LAYERS"}, {"glm53@0:q2", "expected PRESET@LAYERS"},
+        {"glm53@x:q2", "expected PRESET@LAYERS"}, {"glm53@3x:q2", "expected PRESET@LAYERS"},
+        {"glm53@46:q2", "has 45 trunk layers"}, {"glm53@3:q2", "keeps only dense layers"},
+        {"tiny@1:f32", "keeps only dense layers"}, {"huge@4:q2", "unknown preset \"huge\""},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_expect_eq(nf_synth_spec_parse(bad[i].spec, &hp, &r), -1, "%s accepted", bad[i].spec);
+        cr_expect(strstr(nf_error(), bad[i].why), "%s: %s", bad[i].spec, nf_error());
+    }
+}
+
 /* HOST mode == load(nf_synth_write(...)): same hparams, same tensors bound with the same types, shapes and bytes. */
 static void host_equals_file(const char *recipe) {
     nf_hparams hp;
