@@ -116,6 +116,15 @@ template <int NP> static int chunk_unit(const uint32_t *q, int i) {
     return v;
 }
 
+/* a product rounded on its own (never contracted into an FMA): the same bits on the device and the host */
+__host__ __device__ __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
 /* One 32-weight group: idx = 4 grid indices, aux = 4 sign indices (7 bits) and the 4-bit scale s; xw = the group's
  * activation words ([plane][8]). Returns (2s + 1) * sum(sign * grid * value): the group's weights are
  * d * (2s + 1) / 8 * that. NP 1: an exact int. NP 3: the three plane sums (exact ints) combined in f32. */
@@ -151,8 +160,9 @@ __host__ __device__ __forceinline__ typename gsum<NP>::type group_sum(uint32_t i
     if constexpr (NP == 1) {
         return s[0] * k;
     } else {
-        /* |s[2]| < 2^18 is exact in f32; s[1] * 256 + s[0] (< 2^27) rounds once */
-        return fmaf((float)s[2], 65536.0f, (float)(s[1] * 256 + s[0])) * (float)k;
+        /* |s[2]| < 2^18 is exact in f32; s[1] * 256 + s[0] (< 2^27) rounds once. The product by k rounds on its own
+         * (mul_rn): nvcc would otherwise contract it with the caller's sum into an FMA the host does not make. */
+        return mul_rn(fmaf((float)s[2], 65536.0f, (float)(s[1] * 256 + s[0])), (float)k);
     }
 }
 /* the NP 1 sum of the register kernel (its activation words of the group: 8 consecutive words) */
@@ -322,9 +332,11 @@ __device__ __forceinline__ uint4 lds128(uint32_t a) {
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
     return v;
 }
-template <int PRIV, int R, int CPL, int NP>
-__global__ void __launch_bounds__(256) gemv_sx(const uint4 *qs, const uint16_t *dsc, const float *x, float *y,
-                                                const uint32_t *gtab, int rows) {
+/* MINB: CTAs per SM the registers must allow (__launch_bounds__; 2 = what 90+ registers give, 3-4 trade registers
+ * for more warps to hide the load latency); PF: the next step's weights are loaded before this step's decode. */
+template <int PRIV, int R, int CPL, int NP, int MINB, bool PF>
+__global__ void __launch_bounds__(256, MINB) gemv_sx(const uint4 *qs, const uint16_t *dsc, const float *x, float *y,
+                                                      const uint32_t *gtab, int rows) {
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31;
     constexpr int nch = 32 * CPL, nb = nch / 4;
@@ -349,16 +361,23 @@ __global__ void __launch_bounds__(256) gemv_sx(const uint4 *qs, const uint16_t *
     __syncthreads();
     const dev_tab<PRIV> T = {nullptr, opaque(A + (PRIV ? 4u * (uint32_t)lane : 0u)), opaque(A), opaque(VPOS)};
     const int gw = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), nw = (int)((gridDim.x * blockDim.x) >> 5);
-    for (int r0 = gw * R; r0 < rows; r0 += nw * R) {
-        uint4 v[R][CPL];
-        uint16_t d[R][CPL];
+    uint4 v[R][CPL];
+    uint16_t d[R][CPL];
+    auto load = [&](int r0, uint4 (&vv)[R][CPL], uint16_t (&dd)[R][CPL]) {
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int c = 0; c < CPL; c++) {
-                v[r][c] = ld_stream(qs + (size_t)(r0 + r) * nch + lane + 32 * c);
-                d[r][c] = __ldg(dsc + (size_t)(r0 + r) * nb + (lane + 32 * c) / 4);
+                vv[r][c] = ld_stream(qs + (size_t)(r0 + r) * nch + lane + 32 * c);
+                dd[r][c] = __ldg(dsc + (size_t)(r0 + r) * nb + (lane + 32 * c) / 4);
             }
+    };
+    if (PF && gw * R < rows) load(gw * R, v, d);
+    for (int r0 = gw * R; r0 < rows; r0 += nw * R) {
+        uint4 vn[R][CPL];
+        uint16_t dn[R][CPL];
+        if (!PF) load(r0, v, d);
+        else if (r0 + nw * R < rows) load(r0 + nw * R, vn, dn);
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] = 0.f;
@@ -396,6 +415,15 @@ __global__ void __launch_bounds__(256) gemv_sx(const uint4 *qs, const uint16_t *
 #pragma unroll
             for (int o = 16; o >= 1; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
             if (lane == 0) y[r0 + r] = a;
+        }
+        if (PF) {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int c = 0; c < CPL; c++) {
+                    v[r][c] = vn[r][c];
+                    d[r][c] = dn[r][c];
+                }
         }
     }
 }
@@ -461,9 +489,9 @@ template <int PRIV, int R, int CPL, bool PF>
 static void launch_dp4a(int blocks, size_t smem, const uint4 *q, const uint16_t *d, const float *x, float *y, const uint32_t *t, int rows) {
     gemv_dp4a<PRIV, R, CPL, PF><<<blocks, 256, smem>>>(q, d, x, y, t, rows);
 }
-template <int PRIV, int R, int CPL, int NP>
+template <int PRIV, int R, int CPL, int NP, int MINB, bool PF>
 static void launch_sx(int blocks, size_t smem, const uint4 *q, const uint16_t *d, const float *x, float *y, const uint32_t *t, int rows) {
-    gemv_sx<PRIV, R, CPL, NP><<<blocks, 256, smem>>>(q, d, x, y, t, rows);
+    gemv_sx<PRIV, R, CPL, NP, MINB, PF><<<blocks, 256, smem>>>(q, d, x, y, t, rows);
 }
 template <int R, int CPL>
 static void launch_read(int blocks, size_t, const uint4 *q, const uint16_t *d, const float *, float *y, const uint32_t *, int rows) {
@@ -471,7 +499,10 @@ static void launch_read(int blocks, size_t, const uint4 *q, const uint16_t *d, c
 }
 #define DP(P, R, C) {"dp4a_priv" #P "_r" #R, launch_dp4a<P, R, C, false>, (const void *)gemv_dp4a<P, R, C, false>, tab_smem<P>(), 1}
 #define DPF(P, R, C) {"dp4a_priv" #P "_r" #R "_pf", launch_dp4a<P, R, C, true>, (const void *)gemv_dp4a<P, R, C, true>, tab_smem<P>(), 1}
-#define SX(P, R, C, N) {"sx" #N "_priv" #P "_r" #R, launch_sx<P, R, C, N>, (const void *)gemv_sx<P, R, C, N>, tab_smem<P>() + sx_bytes<N>(32 * C), N}
+#define SXV(P, R, C, N, M, F, SUF) {"sx" #N "_priv" #P "_r" #R SUF, launch_sx<P, R, C, N, M, F>, (const void *)gemv_sx<P, R, C, N, M, F>, tab_smem<P>() + sx_bytes<N>(32 * C), N}
+#define SX(P, R, C, N) SXV(P, R, C, N, 2, false, "")
+#define SXM(P, R, C, N, M) SXV(P, R, C, N, M, false, "_m" #M)
+#define SXP(P, R, C, N, M) SXV(P, R, C, N, M, true, "_m" #M "_pf")
 #define RD(R, C) {"read_r" #R, launch_read<R, C>, (const void *)read_only<R, C>, 0, 0}
 
 template <int CPL> static int run(int rows, int cols);
@@ -638,9 +669,13 @@ template <int CPL> static int run(int rows, int cols) {
     CK(cudaMemcpy(dt, gt, sizeof gt, cudaMemcpyHostToDevice));
     float *y = (float *)malloc(sizeof(float) * rows);
 
-    const variant vs[] = {RD(4, CPL),        DP(1, 2, CPL),     DP(1, 4, CPL),     DP(2, 4, CPL),    DP(0, 4, CPL),
-                          DP(1, 8, CPL),     DPF(1, 2, CPL),    DPF(1, 4, CPL),    DPF(2, 2, CPL),   SX(1, 4, CPL, 1),
-                          SX(1, 4, CPL, 3),  SX(1, 8, CPL, 3),  SX(2, 4, CPL, 3),  SX(0, 4, CPL, 3)};
+    /* session 15 on the H100 (32768 x 4096): the per-warp activation of gemv_dp4a made it 2x slower than gemv_sx;
+     * sx3_priv0_r4 was the fastest (27.5 us, read 13.9), every variant at 2 CTAs (16 warps) per SM and latency-bound
+     * (ncu: long-scoreboard stalls, 12-37% issue): so the variants now trade registers for warps and prefetch */
+    const variant vs[] = {RD(4, CPL),           DP(0, 4, CPL),         SX(1, 4, CPL, 1),      SX(0, 4, CPL, 1),
+                          SX(0, 4, CPL, 3),     SX(2, 4, CPL, 3),      SXM(0, 2, CPL, 3, 3),  SXM(0, 2, CPL, 3, 4),
+                          SXM(0, 4, CPL, 3, 3), SXM(0, 1, CPL, 3, 4),  SXP(0, 4, CPL, 3, 2),  SXP(0, 2, CPL, 3, 2),
+                          SXP(0, 2, CPL, 3, 3), SXP(0, 1, CPL, 3, 4),  SXM(0, 2, CPL, 1, 4),  SXP(0, 2, CPL, 1, 3)};
     printf("variant,rows,cols,bytes,us,gbps,blocks,device\n");
     for (const variant &v : vs) {
         if (v.smem > 48 * 1024) CK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)v.smem));
