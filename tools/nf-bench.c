@@ -60,7 +60,8 @@ static void usage(FILE *o) {
 "\n"
 "measurement:\n"
 "  -n, --gen N              probe steps per frontier (alias --gen-tokens; default 128)\n"
-"      --chunk N            prefill tokens per forward call (alias --prefill-chunk; default 512)\n"
+"      --chunk N            prefill tokens per forward call (alias --prefill-chunk; default: the backend's\n"
+"                           preference, as nf and nf-server use it: 4096 on CUDA, 512 on the CPU)\n"
 "      --warmup N           untimed warm-up: N-token prefill + 2 decode steps on a scratch state\n"
 "                           (alias --warmup-tokens; default 16; 0 = none)\n"
 "      --probe-mib N        bandwidth probe buffer in MiB (default: 2048 on a GPU, 256 on the CPU)\n"
@@ -107,7 +108,7 @@ static long long parse_int(const char *flag, const char *v, long long lo, long l
 
 int main(int argc, char **argv) {
     nf_progname = "nf-bench";
-    nf_bench_opts o = {.seed = 1, .backend = "cpu", .gen = 128, .chunk = 512, .warmup = 16, .dump_topk = 20,
+    nf_bench_opts o = {.seed = 1, .backend = "cpu", .gen = 128, .chunk = 0, .warmup = 16, .dump_topk = 20,
                        .spec = nf_spec_defaults()};
     nf_split_args_init(&o.split);
     int have_spec_opts = 0;

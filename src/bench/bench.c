@@ -167,8 +167,18 @@ static const char *env_or(const char *name, const char *dflt) {
     return v ? v : dflt;
 }
 
-int nf_bench_run(const nf_bench_opts *o) {
+/* the prefill chunk when the options name none: what the backend asks for (the CUDA backend's 4096, the chunk
+ * nf and nf-server prefill with there), else 512 (the CPU figures of earlier runs) */
+#define NF_BENCH_DEFAULT_CHUNK 512
+static int bench_chunk(int asked, const nf_backend *be) {
+    if (asked > 0) return asked;
+    return be && be->prefill_chunk > 0 ? be->prefill_chunk : NF_BENCH_DEFAULT_CHUNK;
+}
+
+int nf_bench_run(const nf_bench_opts *opts) {
     char msg[1024];
+    nf_bench_opts eff = *opts; /* opts with the chunk resolved once the backend is open */
+    const nf_bench_opts *o = &eff;
     const int cuda = !strcmp(o->backend, "cuda");
     if (!cuda && strcmp(o->backend, "cpu")) {
         snprintf(msg, sizeof msg, "unknown backend '%s' (cpu or cuda)", o->backend);
@@ -311,8 +321,8 @@ int nf_bench_run(const nf_bench_opts *o) {
             (long long)last);
     fprintf(stderr, "nf-bench: sweep");
     for (int i = 0; i < o->n_frontiers; i++) fprintf(stderr, "%s%lld", i ? "," : " ", (long long)o->frontiers[i]);
-    fprintf(stderr, "; probe %d greedy steps (EOS %d excluded); prefill chunk %d; warm-up %d tokens; capacity %lld\n",
-            o->gen, hp.eos_id, o->chunk, o->warmup, (long long)cap);
+    fprintf(stderr, "; probe %d greedy steps (EOS %d excluded); warm-up %d tokens; capacity %lld\n", o->gen,
+            hp.eos_id, o->warmup, (long long)cap);
     if (o->fill == NF_BENCH_FILL_SYNTHETIC)
         fprintf(stderr, "nf-bench: fill synthetic: frontiers are reached by filling the caches (untimed) with "
                 "pseudo-random rows at the RMS of a real %lld-token prefill, not by prefill; prefill columns empty\n",
@@ -339,6 +349,9 @@ int nf_bench_run(const nf_bench_opts *o) {
         say(FAILED, nf_error());
         goto out;
     }
+    eff.chunk = bench_chunk(opts->chunk, be);
+    fprintf(stderr, "nf-bench: prefill chunk %d%s\n", o->chunk,
+            opts->chunk > 0 ? "" : be->prefill_chunk > 0 ? " (the backend's preference)" : " (default)");
 #ifdef NF_CUDA
     if (cuda) {
         if (nf_cuda_describe(0, line, sizeof line) < 0) {

@@ -54,7 +54,7 @@ typedef struct {
     const int64_t *frontiers;   /* ascending */
     int n_frontiers;
     int gen;                    /* probe steps (>= 1) */
-    int chunk;                  /* prefill tokens per forward call */
+    int chunk;                  /* prefill tokens per forward call (0: the backend's preference, else 512) */
     int warmup;                 /* warm-up prefill tokens (0: no warm-up) */
     int64_t ctx;                /* state capacity in tokens (0: last frontier + gen) */
     const char *prompt_text;    /* text file, or NULL */

@@ -204,6 +204,21 @@ def test_incremental_prefill_split_runs_give_the_same_hashes(tmp_path):
     assert other_seed[64] != both[64]
 
 
+def test_prefill_chunk_defaults_to_the_backends_preference_else_512(tmp_path):
+    """Without --chunk the bench prefills as nf and nf-server do on that backend (the CUDA backend asks for 4096;
+    the CPU backend names none, so 512): the log says which, and an explicit --chunk wins."""
+    base = [str(BENCH), "-m", str(MODEL), "-t", "2", "--probe-mib", "8", "--warmup", "4", "--gen", "4",
+            "--frontiers", "64"]
+    p = subprocess.run(base + ["--csv", str(tmp_path / "d.csv")], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "nf-bench: prefill chunk 512 (default)" in p.stderr
+    q = subprocess.run(base + ["--chunk", "16", "--csv", str(tmp_path / "c.csv")], capture_output=True, text=True,
+                       timeout=300)
+    assert q.returncode == 0, q.stderr
+    assert "nf-bench: prefill chunk 16\n" in q.stderr
+    assert read_csv(tmp_path / "d.csv")[1][0]["gen_ids_hash"] == read_csv(tmp_path / "c.csv")[1][0]["gen_ids_hash"]
+
+
 def test_text_prompt_is_tokenized_like_nf_tokenize(tmp_path):
     dump = tmp_path / "d.jsonl"
     bench("--frontiers", "160", "--gen", 2, "--prompt", TEXT, "--dump-steps", dump)
