@@ -7,6 +7,9 @@ consecutive launches of the embedding kernel (each forward starts with it); by d
 embeddings (a steady decode step: the first decode step after prefill can differ). Prints kernels per token, the sum
 of kernel times (ncu serialises kernels, so this is GPU busy time without launch gaps) and, per kernel name, calls,
 time, share, DRAM bytes read and GB/s, sorted by time. --markdown prints the same as a Markdown table.
+--by-shape keeps the template arguments and splits each kernel by the MB it reads per call (one GEMV kernel
+serves every matrix of a format: this separates the routed experts from the attention projections). --step 0 on
+a profile of `--gen 1 --warmup 0` is the prefill chunk (the first forward).
 """
 import argparse, csv, lzma, re, sys
 
@@ -22,11 +25,25 @@ def load(path):
     return rows[0], rows[2:]  # rows[1] holds the units
 
 
+def kernel_name(full, templates):
+    """ncu's demangled name without return type, namespace and parameter list; the template arguments kept or not"""
+    s = full.replace("<unnamed>::", "")
+    s = s[5:] if s.startswith("void ") else s
+    depth = 0
+    for i, ch in enumerate(s):
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0:
+            s = s[:i]
+            break
+    return s if templates else re.sub(r"<.*", "", s)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv")
     ap.add_argument("--step", type=int, default=-1, help="which decode step (python index over embed-delimited steps; default -1 = last complete)")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--by-shape", action="store_true", help="split kernels by template arguments and MB read per call")
     a = ap.parse_args()
     head, data = load(a.csv)
     num = lambda s: float(s.replace(",", ""))
@@ -41,7 +58,9 @@ def main():
     byt = sum(num(r[bi]) for r in step)
     agg = {}
     for r in step:
-        name = re.sub(r"[(<].*", "", r[ki]).split(" ")[-1]
+        name = kernel_name(r[ki], a.by_shape)
+        if a.by_shape:
+            name = f"{name} @ {num(r[bi]) / 1e6:.1f} MB"
         e = agg.setdefault(name, [0, 0.0, 0.0])
         e[0] += 1
         e[1] += num(r[ti])
