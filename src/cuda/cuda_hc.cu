@@ -4,8 +4,12 @@
  * src/cpu/hc.c; the Sinkhorn iterations of one token (hc x hc) run in one thread's registers when hc = 4 (else
  * in registers of one warp when hc * hc <= 32, else on hc * hc threads of one block), in the same launch as the
  * collapse. hc_pre_norm also applies the sub-layer's RMSNorm to the collapsed row in that launch (one kernel less
- * per site, bit-identical), the row held as float4s in registers for hc = 4 (collapse_norm_row4). */
+ * per site, bit-identical), the row held as float4s in registers for hc = 4 (collapse_norm_row4).
+ * Decode's mixing projection (24 x 16384 f32 for glm53) is split over the row (hc_proj_part_kernel: 128 CTAs, one
+ * 128-column slice each) and its partial sums are added by the mixing kernel that reads them: a 24-row product on
+ * the GEMV engine kept at most 24 CTAs busy and cost ~7 us per site (docs/benchmarks.md, H100 table). */
 #include "cuda/cuda_internal.h"
+#include "cuda/cuda_gemv.h"
 #include "cuda/cuda_launch.h"
 
 #define HC_MAX 16
@@ -214,6 +218,73 @@ __device__ void collapse_norm_row4(const float *m, const float *base, const floa
                                          __fmul_rn(nw.z, __fmul_rn(h.z, r)), __fmul_rn(nw.w, __fmul_rn(h.w, r)));
 }
 
+/* ---- the split projection (decode) ----
+ * The norm has no weight, so the projection of the normalised streams is r * (W x), r = 1 / rms(x): each CTA s forms,
+ * for token t = blockIdx.y, the dot products of its 128-column slice with the nm rows (one warp per up to
+ * HCP_ROWS_PER_WARP rows, lane l columns 4l..4l+3, an xor butterfly) and the slice's sum of squares in double;
+ * hc_reduce_parts adds the S slices in order and scales by r. The same real number as the GEMV's product of the
+ * normalised row, rounded differently (the CPU reference normalises first: agreement to f32 rounding). */
+#define HCP_SLICE 128
+#define HCP_ROWS_PER_WARP 4
+#define HCP_THREADS 256
+#define HCP_MAX_ROWS (HCP_ROWS_PER_WARP * HCP_THREADS / 32)
+__global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *W, int64_t flat, int nm, const float *X,
+                                                                   int64_t ldx, float *part, double *ssq) {
+    const int s = (int)blockIdx.x, S = (int)gridDim.x, t = (int)blockIdx.y;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int64_t k = (int64_t)s * HCP_SLICE + 4 * lane;
+    /* the weights are never written during a forward: loaded before the wait (cuda_launch.h) */
+    float4 w[HCP_ROWS_PER_WARP];
+#pragma unroll
+    for (int i = 0; i < HCP_ROWS_PER_WARP; i++) {
+        const int row = warp * HCP_ROWS_PER_WARP + i;
+        w[i] = row < nm ? __ldg((const float4 *)(W + (size_t)row * flat + k)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    nf_pdl_wait();
+    nf_pdl_release();
+    const float4 x = *(const float4 *)(X + (size_t)t * ldx + k);
+    float *pt = part + ((size_t)t * S + s) * nm;
+#pragma unroll
+    for (int i = 0; i < HCP_ROWS_PER_WARP; i++) {
+        const int row = warp * HCP_ROWS_PER_WARP + i;
+        if (row >= nm) break; /* warp-uniform */
+        float a = __fmul_rn(x.x, w[i].x);
+        a = fmaf(x.y, w[i].y, a);
+        a = fmaf(x.z, w[i].z, a);
+        a = fmaf(x.w, w[i].w, a);
+        for (int o = 16; o >= 1; o >>= 1) a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+        if (lane == 0) pt[row] = a;
+    }
+    if (warp == 0) {
+        double q = nf_d_sumsq_add4(0.0, x);
+        for (int o = 16; o >= 1; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+        if (lane == 0) ssq[(size_t)t * S + s] = q;
+    }
+}
+
+/* token t's projection mm[nm] from its S slices' partial sums (hc_proj_part_kernel) into shared memory: every
+ * thread of the block calls it (it synchronises); lane 0 of a warp adds its output's slices in a fixed order */
+__device__ void hc_reduce_parts(const float *part, const double *ssq, int S, int nm, int64_t flat, float eps,
+                                float *mmv) {
+    __shared__ float r_sh;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, nw = (int)blockDim.x >> 5;
+    if (warp == 0) {
+        double q = 0.0;
+        for (int i = lane; i < S; i += 32) q += ssq[i];
+        for (int o = 16; o >= 1; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+        if (lane == 0) r_sh = nf_d_rms_inv(q, flat, eps);
+    }
+    __syncthreads();
+    const float r = r_sh;
+    for (int j = warp; j < nm; j += nw) {
+        float a = 0.0f;
+        for (int i = lane; i < S; i += 32) a = __fadd_rn(a, part[(size_t)i * nm + j]);
+        for (int o = 16; o >= 1; o >>= 1) a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+        if (lane == 0) mmv[j] = __fmul_rn(a, r);
+    }
+    __syncthreads();
+}
+
 /* hc_pre after the projection mm[T][(2+hc)*hc], for token t = blockIdx.y (+ multiples of gridDim.y):
  *  block x = 0: post weights and the Sinkhorn-projected combination matrix into mix[t][hc + hc*hc];
  *  blocks x >= 1: the collapse h[t][i] = sum_k pre[k] X[t][k][i] (pre recomputed per block: hc sigmoids);
@@ -224,16 +295,23 @@ __device__ void collapse_norm_row4(const float *m, const float *base, const floa
  * failed with "too many resources requested" on the H200) */
 __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
                                        int hc, int n, int iters, float eps, float *mix, float *h,
-                                       int sinkhorn_mode, const float *norm_w, float norm_eps, int row4) {
+                                       int sinkhorn_mode, const float *norm_w, float norm_eps, int row4,
+                                       const float *part, const double *ssq, int nparts, int64_t flat, float xeps) {
     /* row4 (hc = 4, n <= 4 x blockDim, aligned rows): block 1 normalises through collapse_norm_row4 */
     const int tid = threadIdx.x;
     const bool r4 = row4 && norm_w && blockIdx.x == 1;
     NF_PDL_ENTER();
     __shared__ float w[HC_MAX * HC_MAX];
     __shared__ double red4[32];
+    __shared__ float mmv[(2 + HC_MAX) * HC_MAX];
     const int nm = (2 + hc) * hc;
     for (int t = blockIdx.y; t < T; t += gridDim.y) {
         const float *m = mm + (size_t)t * nm;
+        /* with part: the split projection's slices (mm unused) */
+        if (part) {
+            hc_reduce_parts(part + (size_t)t * nparts * nm, ssq + (size_t)t * nparts, nparts, nm, flat, xeps, mmv);
+            m = mmv;
+        }
         if (blockIdx.x == 0) {
             float *post = mix + (size_t)t * (hc + hc * hc);
             if (tid < hc) post[tid] = __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(m[hc + tid], scale[1]), base[hc + tid])));
@@ -303,6 +381,31 @@ static bool hc_norm_fused(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_HC_NORM", "off");
 }
 
+/* NF_CUDA_HC_SPLIT=off: decode's projection on the GEMV engine (the normalised row times the matrix) instead of the
+ * split projection (A/B; the same real numbers, rounded differently) */
+static bool hc_split_enabled(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_SPLIT", "off");
+}
+
+/* the split projection's partial sums for T decode tokens into part[T][S][nm] and ssq[T][S] (S = flat / HCP_SLICE);
+ * 1 when it ran, 0 when the shape or the memory does not suit it (the caller uses the GEMV), -1 on error */
+static int hc_proj_split(nf_cuda *c, const nf_cuda_mat &w, const float *X, int T, int64_t flat, int nm,
+                         nf_cuda_scratch &sc, float **part, double **ssq, int *S) {
+    if (!hc_split_enabled() || T > NF_CUDA_GEMV_MAX_VECTORS || w.type != NF_TYPE_F32 || !w.w || nm > HCP_MAX_ROWS ||
+        flat % HCP_SLICE || flat / HCP_SLICE > 65535 || w.n != flat || w.rows != nm || ((uintptr_t)w.w & 15) ||
+        ((uintptr_t)X & 15))
+        return 0;
+    *S = (int)(flat / HCP_SLICE);
+    *part = sc.get<float>((size_t)T * *S * nm);
+    *ssq = sc.get<double>((size_t)T * *S);
+    if (!*part || !*ssq) return nf_fail("cuda hc_pre: out of device memory");
+    nf_launch(hc_proj_part_kernel, dim3((unsigned)*S, (unsigned)T), HCP_THREADS, 0, c->stream, (const float *)w.w, flat,
+              nm, X, flat, *part, *ssq);
+    NF_LAUNCHED();
+    return 1;
+}
+
 /* hc_pre; with norm (the sub-layer's RMSNorm weight) out = RMSNorm(h) * norm in the same launch when the collapse
  * fits one block's shared memory, else through nf_cuda_rmsnorm_rows (same values either way) */
 static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *out, float *mix, const nf_tensor *norm) {
@@ -317,10 +420,16 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
     if (hc > HC_MAX) return nf_fail("cuda hc: hc_count %d > %d", hc, HC_MAX);
     const int64_t flat = (int64_t)hc * n;
     nf_cuda_scratch sc(c);
-    float *mm = sc.get<float>((size_t)T * nm);
-    if (!mm) return nf_fail("cuda hc_pre: out of device memory");
     nf_cuda_mat w = nf_cuda_mat_of(c, fn);
-    if (nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0) return -1;
+    float *part = nullptr, *mm = nullptr;
+    double *ssq = nullptr;
+    int nparts = 0;
+    const int split = hc_proj_split(c, w, X, T, flat, nm, sc, &part, &ssq, &nparts);
+    if (split < 0) return -1;
+    if (!split) {
+        if (!(mm = sc.get<float>((size_t)T * nm))) return nf_fail("cuda hc_pre: out of device memory");
+        if (nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0) return -1;
+    }
     const float *norm_w = norm ? nf_cuda_vec(c, norm) : nullptr;
     if (norm && !norm_w) return nf_fail_prefix("layer %d norm", il);
     const unsigned norm_threads = nf_cuda_row_threads(n);
@@ -336,7 +445,8 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
         const int row4 = hc == 4 && n % 4 == 0 && (int64_t)n <= 4 * (int64_t)norm_threads && ((uintptr_t)X & 15) == 0 &&
                          ((uintptr_t)out & 15) == 0 && ((uintptr_t)norm_w & 15) == 0 && nf_cuda_norm_row4_enabled();
         nf_launch(hc_mix_collapse_kernel, grid, norm_threads, row_bytes, c->stream, mm, base, scale, X, T, hc, n,
-                  hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, hc_sinkhorn_mode(), norm_w, hp->rms_eps, row4);
+                  hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, hc_sinkhorn_mode(), norm_w, hp->rms_eps, row4,
+                  (const float *)part, (const double *)ssq, nparts, flat, hp->rms_eps);
         NF_LAUNCHED();
         return 0;
     }
@@ -345,7 +455,8 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
     const int collapse_blocks = (int)((n + HC_THREADS - 1) / HC_THREADS < 64 ? (n + HC_THREADS - 1) / HC_THREADS : 64);
     const dim3 grid(1 + collapse_blocks, T < 65535 ? T : 65535);
     nf_launch(hc_mix_collapse_kernel, grid, HC_THREADS, 0, c->stream, mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
-              hp->hc_eps, mix, h, hc_sinkhorn_mode(), (const float *)nullptr, 0.0f, 0);
+              hp->hc_eps, mix, h, hc_sinkhorn_mode(), (const float *)nullptr, 0.0f, 0, (const float *)part,
+              (const double *)ssq, nparts, flat, hp->rms_eps);
     NF_LAUNCHED();
     return norm ? nf_cuda_rmsnorm_rows(c, h, n, T, n, hp->rms_eps, norm_w, out, n) : 0;
 }
