@@ -262,6 +262,46 @@ __device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
     return v;
 }
 
+/* A warp's weights for the R rows of a step (lane l: chunks l + 32c of each row) in registers, for the warp-per-row
+ * kernels; with PF the next step's are loaded before this step's decode (twice the load registers). Per step r0:
+ * fetch(r0), decode v and d, advance(). */
+template <int R, int CPL, bool PF> struct row_steps {
+    static constexpr int cpr = 32 * CPL, nb = cpr / 4; /* 16-byte chunks and 256-weight blocks per row */
+    const uint4 *qs;
+    const uint16_t *dsc;
+    int lane, rows, stride; /* stride: rows between a warp's steps */
+    uint4 v[R][CPL], vn[R][CPL];
+    uint16_t d[R][CPL], dn[R][CPL];
+    __device__ __forceinline__ void load(int r0, uint4 (&vv)[R][CPL], uint16_t (&dd)[R][CPL]) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+#pragma unroll
+            for (int c = 0; c < CPL; c++) {
+                vv[r][c] = ld_stream(qs + (size_t)(r0 + r) * cpr + lane + 32 * c);
+                dd[r][c] = __ldg(dsc + (size_t)(r0 + r) * nb + (lane + 32 * c) / 4);
+            }
+    }
+    /* before the first step, r0 the warp's first row */
+    __device__ __forceinline__ void begin(int r0) {
+        if (PF && r0 < rows) load(r0, v, d);
+    }
+    __device__ __forceinline__ void fetch(int r0) {
+        if (!PF) load(r0, v, d);
+        else if (r0 + stride < rows) load(r0 + stride, vn, dn);
+    }
+    __device__ __forceinline__ void advance() {
+        if (PF) {
+#pragma unroll
+            for (int r = 0; r < R; r++)
+#pragma unroll
+                for (int c = 0; c < CPL; c++) {
+                    v[r][c] = vn[r][c];
+                    d[r][c] = dn[r][c];
+                }
+        }
+    }
+};
+
 /* A warp per row (R rows per step), lane l chunks l + 32c (c < CPL); rows % R == 0. */
 template <int PRIV, int R, int CPL, bool PF>
 __global__ void __launch_bounds__(256) gemv_dp4a(const uint4 *qs, const uint16_t *dsc, const float *x, float *y,
@@ -278,47 +318,24 @@ __global__ void __launch_bounds__(256) gemv_dp4a(const uint4 *qs, const uint16_t
     for (int c = 0; c < CPL; c++) quant_chunk<1>(x + 64 * (lane + 32 * c), xq[c], &xs8[c]);
     __syncthreads();
     const dev_tab<PRIV> T = {nullptr, opaque(A + (PRIV ? 4u * (uint32_t)lane : 0u)), opaque(A), opaque(VPOS)};
-    const int cpr = 32 * CPL, nb = cpr / 4; /* 16-byte chunks and 256-weight blocks per row */
     const int gw = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), nw = (int)((gridDim.x * blockDim.x) >> 5);
-    uint4 v[R][CPL];
-    uint16_t d[R][CPL];
-    auto load = [&](int r0, uint4 (&vv)[R][CPL], uint16_t (&dd)[R][CPL]) {
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int c = 0; c < CPL; c++) {
-                vv[r][c] = ld_stream(qs + (size_t)(r0 + r) * cpr + lane + 32 * c);
-                dd[r][c] = __ldg(dsc + (size_t)(r0 + r) * nb + (lane + 32 * c) / 4);
-            }
-    };
-    if (PF && gw * R < rows) load(gw * R, v, d);
+    row_steps<R, CPL, PF> W{qs, dsc, lane, rows, nw * R};
+    W.begin(gw * R);
     for (int r0 = gw * R; r0 < rows; r0 += nw * R) {
-        /* PF: the next step's loads are issued before this step's decode (twice the load registers) */
-        uint4 vn[R][CPL];
-        uint16_t dn[R][CPL];
-        if (!PF) load(r0, v, d);
-        else if (r0 + nw * R < rows) load(r0 + nw * R, vn, dn);
+        W.fetch(r0);
 #pragma unroll
         for (int r = 0; r < R; r++) {
             float acc = 0.f;
 #pragma unroll
             for (int c = 0; c < CPL; c++) {
-                const int ib = group_dot(v[r][c].x, v[r][c].y, xq[c], T) + group_dot(v[r][c].z, v[r][c].w, xq[c] + 8, T);
-                acc = fmaf(h2f_bits(d[r][c]) * xs8[c], (float)ib, acc);
+                const int ib = group_dot(W.v[r][c].x, W.v[r][c].y, xq[c], T) + group_dot(W.v[r][c].z, W.v[r][c].w, xq[c] + 8, T);
+                acc = fmaf(h2f_bits(W.d[r][c]) * xs8[c], (float)ib, acc);
             }
 #pragma unroll
             for (int o = 16; o >= 1; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
             if (lane == 0) y[r0 + r] = acc;
         }
-        if (PF) {
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int c = 0; c < CPL; c++) {
-                    v[r][c] = vn[r][c];
-                    d[r][c] = dn[r][c];
-                }
-        }
+        W.advance();
     }
 }
 
@@ -339,7 +356,7 @@ __global__ void __launch_bounds__(256, MINB) gemv_sx(const uint4 *qs, const uint
                                                       const uint32_t *gtab, int rows) {
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31;
-    constexpr int nch = 32 * CPL, nb = nch / 4;
+    constexpr int nch = 32 * CPL;
     const uint32_t sb = (uint32_t)__cvta_generic_to_shared(smem);
     const uint32_t A = (sb + tab_align<PRIV>() - 1) & ~(tab_align<PRIV>() - 1);
     const uint32_t XA = A + 4 * tab_words<PRIV>(), XS = XA + NP * 64 * nch;
@@ -361,23 +378,12 @@ __global__ void __launch_bounds__(256, MINB) gemv_sx(const uint4 *qs, const uint
     __syncthreads();
     const dev_tab<PRIV> T = {nullptr, opaque(A + (PRIV ? 4u * (uint32_t)lane : 0u)), opaque(A), opaque(VPOS)};
     const int gw = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), nw = (int)((gridDim.x * blockDim.x) >> 5);
-    uint4 v[R][CPL];
-    uint16_t d[R][CPL];
-    auto load = [&](int r0, uint4 (&vv)[R][CPL], uint16_t (&dd)[R][CPL]) {
-#pragma unroll
-        for (int r = 0; r < R; r++)
-#pragma unroll
-            for (int c = 0; c < CPL; c++) {
-                vv[r][c] = ld_stream(qs + (size_t)(r0 + r) * nch + lane + 32 * c);
-                dd[r][c] = __ldg(dsc + (size_t)(r0 + r) * nb + (lane + 32 * c) / 4);
-            }
-    };
-    if (PF && gw * R < rows) load(gw * R, v, d);
+    row_steps<R, CPL, PF> W{qs, dsc, lane, rows, nw * R};
+    auto &v = W.v;
+    auto &d = W.d;
+    W.begin(gw * R);
     for (int r0 = gw * R; r0 < rows; r0 += nw * R) {
-        uint4 vn[R][CPL];
-        uint16_t dn[R][CPL];
-        if (!PF) load(r0, v, d);
-        else if (r0 + nw * R < rows) load(r0 + nw * R, vn, dn);
+        W.fetch(r0);
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; r++) acc[r] = 0.f;
@@ -416,15 +422,7 @@ __global__ void __launch_bounds__(256, MINB) gemv_sx(const uint4 *qs, const uint
             for (int o = 16; o >= 1; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
             if (lane == 0) y[r0 + r] = a;
         }
-        if (PF) {
-#pragma unroll
-            for (int r = 0; r < R; r++)
-#pragma unroll
-                for (int c = 0; c < CPL; c++) {
-                    v[r][c] = vn[r][c];
-                    d[r][c] = dn[r][c];
-                }
-        }
+        W.advance();
     }
 }
 
