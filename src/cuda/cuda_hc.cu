@@ -401,15 +401,11 @@ static bool hc_norm_fused(void) {
  * (ac07d76, on by default) decoded 1.2% faster with a slow reduction; this reduction has only run in the emulation */
 static bool hc_split_enabled(void) {
     static int cache = -1;
-    if (cache < 0) {
-        const char *e = getenv("NF_CUDA_HC_SPLIT");
-        cache = e && !strcmp(e, "on");
-    }
-    return cache;
+    return !nf_cuda_env_switch(&cache, "NF_CUDA_HC_SPLIT", "on"); /* the switch is 0 exactly when the variable is "on" */
 }
 
 /* the split projection's partial sums for T decode tokens into part[T][S][nm] and ssq[T][S] (S = flat / HCP_SLICE);
- * 1 when it ran, 0 when the shape or the memory does not suit it (the caller uses the GEMV), -1 on error */
+ * 1 when it ran, 0 when it is off or the shape does not suit it (the caller uses the GEMV), -1 on error (no memory) */
 static int hc_proj_split(nf_cuda *c, const nf_cuda_mat &w, const float *X, int T, int64_t flat, int nm,
                          nf_cuda_scratch &sc, float **part, double **ssq, int *S) {
     if (!hc_split_enabled() || T > NF_CUDA_GEMV_MAX_VECTORS || w.type != NF_TYPE_F32 || !w.w || nm > HCP_MAX_ROWS ||
