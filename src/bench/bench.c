@@ -167,12 +167,12 @@ static const char *env_or(const char *name, const char *dflt) {
     return v ? v : dflt;
 }
 
-/* the prefill chunk when the options name none: what the backend asks for (the CUDA backend's 4096, the chunk
- * nf and nf-server prefill with there), else 512 (the CPU figures of earlier runs) */
+/* the prefill chunk: the one asked for, else what the backend asks for (the CUDA backend's 4096, the chunk nf and
+ * nf-server prefill with there), else 512 (the CPU figures of earlier runs); *why says which, for the log */
 #define NF_BENCH_DEFAULT_CHUNK 512
-static int bench_chunk(int asked, const nf_backend *be) {
-    if (asked > 0) return asked;
-    return be && be->prefill_chunk > 0 ? be->prefill_chunk : NF_BENCH_DEFAULT_CHUNK;
+static int bench_chunk(int asked, const nf_backend *be, const char **why) {
+    *why = asked > 0 ? "" : be->prefill_chunk > 0 ? " (the backend's preference)" : " (default)";
+    return asked > 0 ? asked : be->prefill_chunk > 0 ? be->prefill_chunk : NF_BENCH_DEFAULT_CHUNK;
 }
 
 int nf_bench_run(const nf_bench_opts *opts) {
@@ -349,9 +349,9 @@ int nf_bench_run(const nf_bench_opts *opts) {
         say(FAILED, nf_error());
         goto out;
     }
-    eff.chunk = bench_chunk(opts->chunk, be);
-    fprintf(stderr, "nf-bench: prefill chunk %d%s\n", o->chunk,
-            opts->chunk > 0 ? "" : be->prefill_chunk > 0 ? " (the backend's preference)" : " (default)");
+    const char *chunk_why;
+    eff.chunk = bench_chunk(opts->chunk, be, &chunk_why);
+    fprintf(stderr, "nf-bench: prefill chunk %d%s\n", o->chunk, chunk_why);
 #ifdef NF_CUDA
     if (cuda) {
         if (nf_cuda_describe(0, line, sizeof line) < 0) {
