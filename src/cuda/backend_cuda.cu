@@ -423,6 +423,7 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
     be->hc_pre = nf_cuda_hc_pre;
     be->hc_pre_norm = nf_cuda_hc_pre_norm;
     be->hc_post = nf_cuda_hc_post;
+    be->hc_post_pre_norm = nf_cuda_hc_post_pre_norm;
     be->rmsnorm = cu_rmsnorm;
     be->kda_block = nf_cuda_kda_block;
     be->mla_project = nf_cuda_mla_project;

@@ -220,19 +220,26 @@ __device__ void collapse_norm_row4(const float *m, const float *base, const floa
 
 /* ---- the split projection (decode) ----
  * The norm has no weight, so the projection of the normalised streams is r * (W x), r = 1 / rms(x): each CTA s forms,
- * for token t = blockIdx.y, the dot products of its 128-column slice with the nm rows (one warp per up to
- * HCP_ROWS_PER_WARP rows, lane l columns 4l..4l+3, an xor butterfly) and the slice's sum of squares in double;
- * hc_reduce_parts adds the S slices in order and scales by r. The same real number as the GEMV's product of the
- * normalised row, rounded differently (the CPU reference normalises first: agreement to f32 rounding). */
-#define HCP_SLICE 128
+ * for token t = blockIdx.y, the dot products of its slice of the flattened row with the nm rows (one warp per up to
+ * HCP_ROWS_PER_WARP rows, an xor butterfly) and the slice's sum of squares in double; hc_reduce_parts adds the S
+ * slices in order and scales by r. The same real number as the GEMV's product of the normalised row, rounded
+ * differently (the CPU reference normalises first: agreement to f32 rounding). hc = 4 only: slice s holds the
+ * elements 32 s .. 32 s + 31 of all four streams (lane l: stream l / 8, elements 32 s + 4 (l % 8) .. + 3), so
+ * that with POST the CTA can first apply the previous sub-layer's hc_post to exactly the columns it reads: every
+ * output element of that update needs the four streams at the same element, and no other CTA touches them. That
+ * saves hc_post's launch per site (~4 us on the H100: docs/benchmarks.md); the updated streams are the values
+ * hc_post_kernel<4> computes (the same operations in the same order), written back by warp 0. */
+#define HCP_ELEMS 32 /* elements of each stream per slice: 128 columns of the flattened row */
 #define HCP_ROWS_PER_WARP 4
 #define HCP_THREADS 256
 #define HCP_MAX_ROWS (HCP_ROWS_PER_WARP * HCP_THREADS / 32)
-__global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *W, int64_t flat, int nm, const float *X,
-                                                                   int64_t ldx, float *part, double *ssq) {
+template <bool POST>
+__global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *W, int n, int nm, float *X, int64_t ldx,
+                                                                   const float *y, const float *mix, float *part,
+                                                                   double *ssq) {
     const int s = (int)blockIdx.x, S = (int)gridDim.x, t = (int)blockIdx.y;
-    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int64_t k = (int64_t)s * HCP_SLICE + 4 * lane;
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, j = lane >> 3;
+    const int64_t flat = 4 * (int64_t)n, e = (int64_t)HCP_ELEMS * s + 4 * (lane & 7), k = j * (int64_t)n + e;
     /* the weights are never written during a forward: loaded before the wait (cuda_launch.h) */
     float4 w[HCP_ROWS_PER_WARP];
 #pragma unroll
@@ -242,7 +249,34 @@ __global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *
     }
     nf_pdl_wait();
     nf_pdl_release();
-    const float4 x = *(const float4 *)(X + (size_t)t * ldx + k);
+    float *xt = X + (size_t)t * ldx;
+    float4 x = *(const float4 *)(xt + k);
+    if constexpr (POST) {
+        /* X[j][e] = post[j] y[e] + sum_i comb[i][j] X[i][e], as hc_post_kernel<4>; stream i's values at this lane's
+         * elements are lane (l % 8) + 8 i's */
+        const float *post = mix + (size_t)t * 20, *comb = post + 4;
+        float4 xi[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int from = (lane & 7) + 8 * i;
+            xi[i] = make_float4(__shfl_sync(0xffffffffu, x.x, from), __shfl_sync(0xffffffffu, x.y, from),
+                                __shfl_sync(0xffffffffu, x.z, from), __shfl_sync(0xffffffffu, x.w, from));
+        }
+        const float4 yv = *(const float4 *)(y + (size_t)t * n + e);
+        const float pj = post[j], c0 = comb[j], c1 = comb[4 + j], c2 = comb[8 + j], c3 = comb[12 + j];
+        auto upd = [&](float yy, float a0, float a1, float a2, float a3) {
+            float m = 0.0f;
+            m = __fadd_rn(m, __fmul_rn(c0, a0));
+            m = __fadd_rn(m, __fmul_rn(c1, a1));
+            m = __fadd_rn(m, __fmul_rn(c2, a2));
+            m = __fadd_rn(m, __fmul_rn(c3, a3));
+            return __fadd_rn(__fmul_rn(pj, yy), m);
+        };
+        x = make_float4(upd(yv.x, xi[0].x, xi[1].x, xi[2].x, xi[3].x), upd(yv.y, xi[0].y, xi[1].y, xi[2].y, xi[3].y),
+                        upd(yv.z, xi[0].z, xi[1].z, xi[2].z, xi[3].z), upd(yv.w, xi[0].w, xi[1].w, xi[2].w, xi[3].w));
+        __syncthreads(); /* every warp has read the old streams before warp 0 overwrites them */
+        if (warp == 0) *(float4 *)(xt + k) = x;
+    }
     float *pt = part + ((size_t)t * S + s) * nm;
 #pragma unroll
     for (int i = 0; i < HCP_ROWS_PER_WARP; i++) {
@@ -404,27 +438,37 @@ static bool hc_split_enabled(void) {
     return !nf_cuda_env_switch(&cache, "NF_CUDA_HC_SPLIT", "on"); /* the switch is 0 exactly when the variable is "on" */
 }
 
-/* the split projection's partial sums for T decode tokens into part[T][S][nm] and ssq[T][S] (S = flat / HCP_SLICE);
- * 1 when it ran, 0 when it is off or the shape does not suit it (the caller uses the GEMV), -1 on error (no memory) */
-static int hc_proj_split(nf_cuda *c, const nf_cuda_mat &w, const float *X, int T, int64_t flat, int nm,
-                         nf_cuda_scratch &sc, float **part, double **ssq, int *S) {
-    if (!hc_split_enabled() || T > NF_CUDA_GEMV_MAX_VECTORS || w.type != NF_TYPE_F32 || !w.w || nm > HCP_MAX_ROWS ||
-        flat % HCP_SLICE || flat / HCP_SLICE > HCP_MAX_SLICES || w.n != flat || w.rows != nm || ((uintptr_t)w.w & 15) ||
-        ((uintptr_t)X & 15))
+/* the split projection's partial sums for T decode tokens into part[T][S][nm] and ssq[T][S] (S = n / HCP_ELEMS);
+ * with post_y, the streams X first updated by hc_post(X, post_y, mix) in the same launch. 1 when it ran, 0 when it
+ * is off or the shape does not suit it (nothing launched: the caller uses the GEMV), -1 on error (no memory) */
+static int hc_proj_split(nf_cuda *c, const nf_cuda_mat &w, float *X, int T, int hc, int n, int nm, const float *post_y,
+                         const float *mix, nf_cuda_scratch &sc, float **part, double **ssq, int *S) {
+    const int64_t flat = (int64_t)hc * n;
+    if (!hc_split_enabled() || hc != 4 || T > NF_CUDA_GEMV_MAX_VECTORS || w.type != NF_TYPE_F32 || !w.w ||
+        nm > HCP_MAX_ROWS || n % HCP_ELEMS || n / HCP_ELEMS > HCP_MAX_SLICES || w.n != flat || w.rows != nm ||
+        ((uintptr_t)w.w & 15) || ((uintptr_t)X & 15) || ((uintptr_t)post_y & 15))
         return 0;
-    *S = (int)(flat / HCP_SLICE);
+    *S = n / HCP_ELEMS;
     *part = sc.get<float>((size_t)T * *S * nm);
     *ssq = sc.get<double>((size_t)T * *S);
     if (!*part || !*ssq) return nf_fail("cuda hc_pre: out of device memory");
-    nf_launch(hc_proj_part_kernel, dim3((unsigned)*S, (unsigned)T), HCP_THREADS, 0, c->stream, (const float *)w.w, flat,
-              nm, X, flat, *part, *ssq);
+    const dim3 grid((unsigned)*S, (unsigned)T);
+    if (post_y)
+        nf_launch(hc_proj_part_kernel<true>, grid, HCP_THREADS, 0, c->stream, (const float *)w.w, n, nm, X, flat, post_y,
+                  mix, *part, *ssq);
+    else
+        nf_launch(hc_proj_part_kernel<false>, grid, HCP_THREADS, 0, c->stream, (const float *)w.w, n, nm, X, flat,
+                  (const float *)nullptr, (const float *)nullptr, *part, *ssq);
     NF_LAUNCHED();
     return 1;
 }
 
 /* hc_pre; with norm (the sub-layer's RMSNorm weight) out = RMSNorm(h) * norm in the same launch when the collapse
- * fits one block's shared memory, else through nf_cuda_rmsnorm_rows (same values either way) */
-static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *out, float *mix, const nf_tensor *norm) {
+ * fits one block's shared memory, else through nf_cuda_rmsnorm_rows (same values either way). With post_y, X is
+ * first updated by hc_post(X, post_y, mix) (mix: the previous site's, then this site's): inside the split
+ * projection's launch when it runs, else by hc_post's own launch. X is written only then. */
+static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out, float *mix, const nf_tensor *norm,
+                  const float *post_y) {
     nf_cuda *c = nf_cuda_of(be);
     const nf_hparams *hp = &c->m->hp;
     const nf_layer *L = &c->m->layers[il];
@@ -440,8 +484,9 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
     float *part = nullptr, *mm = nullptr;
     double *ssq = nullptr;
     int nparts = 0;
-    const int split = hc_proj_split(c, w, X, T, flat, nm, sc, &part, &ssq, &nparts);
+    const int split = hc_proj_split(c, w, X, T, hc, n, nm, post_y, mix, sc, &part, &ssq, &nparts);
     if (split < 0) return -1;
+    if (!split && post_y && nf_cuda_hc_post(be, X, post_y, mix, T) < 0) return -1;
     if (!split) {
         if (!(mm = sc.get<float>((size_t)T * nm))) return nf_fail("cuda hc_pre: out of device memory");
         if (nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0) return -1;
@@ -477,13 +522,19 @@ static int hc_pre(nf_backend *be, int il, int site, const float *X, int T, float
     return norm ? nf_cuda_rmsnorm_rows(c, h, n, T, n, hp->rms_eps, norm_w, out, n) : 0;
 }
 
+/* without post_y hc_pre only reads X: the casts drop a const it keeps */
 int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix) {
-    return hc_pre(be, il, site, X, T, h, mix, nullptr);
+    return hc_pre(be, il, site, (float *)X, T, h, mix, nullptr, nullptr);
 }
 
 int nf_cuda_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,
                         float *mix) {
-    return hc_pre(be, il, site, X, T, x, mix, w);
+    return hc_pre(be, il, site, (float *)X, T, x, mix, w, nullptr);
+}
+
+int nf_cuda_hc_post_pre_norm(nf_backend *be, float *X, const float *y, int il, int site, int T, const nf_tensor *w,
+                             float *x, float *mix) {
+    return hc_pre(be, il, site, X, T, x, mix, w, y);
 }
 
 /* X[t][j][e] = post[j] y[t][e] + sum_i comb[i][j] X[t][i][e] (each thread owns one (t, e) column of X). HC > 0: the

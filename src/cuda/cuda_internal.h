@@ -249,6 +249,8 @@ int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, floa
 int nf_cuda_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,
                         float *mix);
 int nf_cuda_hc_post(nf_backend *be, float *X, const float *y, const float *mix, int T);
+int nf_cuda_hc_post_pre_norm(nf_backend *be, float *X, const float *y, int il, int site, int T, const nf_tensor *w,
+                             float *x, float *mix);
 /* NF_CUDA_NORM_ROW4 (cuda_hc.cu): 0 when the norms keep their strided loops (A/B of the row held in registers) */
 int nf_cuda_norm_row4_enabled(void);
 int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y);

@@ -59,6 +59,12 @@ struct nf_backend {
      * a launch per site: 90 per decoded token on glm53) */
     int (*hc_pre_norm)(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,
                        float *mix);
+    /* Optional (NULL: hc_post, then the site's hc_pre_norm): hc_post(X, y, mix) after a sub-layer and the next
+     * site's x = RMSNorm(hc_pre(X)) * w in one call; X, x and mix (read as the post's input, then replaced by the
+     * new site's) as the two calls leave them, bit for bit (a backend folds the streams' update into the next
+     * projection's launch: one launch less per site on the CUDA backend's decode) */
+    int (*hc_post_pre_norm)(nf_backend *be, float *X, const float *y, int il, int site, int T, const nf_tensor *w,
+                            float *x, float *mix);
 
     /* KDA block: y[T][n_embd] from the attn-normed x; updates the layer's conv window and recurrent state */
     int (*kda_block)(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y);

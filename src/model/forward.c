@@ -62,6 +62,14 @@ static int hc_pre_normed(nf_backend *be, int il, int site, fw_bufs *b, int T, co
     return be->rmsnorm(be, w, b->h, T, b->x);
 }
 
+/* the streams' update by the sub-layer just run (hc_post of b->y) and the next site's input: one backend call
+ * where the backend fuses them, else hc_post then hc_pre_normed */
+static int hc_post_then_pre(nf_backend *be, int il, int site, fw_bufs *b, int T, const nf_tensor *w) {
+    if (be->hc_post_pre_norm) return be->hc_post_pre_norm(be, b->X, b->y, il, site, T, w, b->x, b->mix);
+    if (be->hc_post(be, b->X, b->y, b->mix, T) < 0) return -1;
+    return hc_pre_normed(be, il, site, b, T, w);
+}
+
 /* the part's own buffers (X and sel are the caller's when they came with the part: X_dev / sel_dev) */
 static void release_all(nf_backend *be, fw_bufs *b, const nf_forward_part *part) {
     void *ps[] = {part->X_dev ? NULL : b->X, b->h, b->x, b->y, b->mix, b->qr, b->q, b->logits,
@@ -171,8 +179,9 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
     }
     for (int il = part->layer_begin; il < part->layer_end; il++) {
         const nf_layer *L = &m->layers[il];
-        /* attention site */
-        CHECK(hc_pre_normed(be, il, 0, &b, T, &L->attn_norm));
+        /* attention site (after the first layer, the previous FFN's hc_post goes with its hc_pre) */
+        if (il == part->layer_begin) CHECK(hc_pre_normed(be, il, 0, &b, T, &L->attn_norm));
+        else CHECK(hc_post_then_pre(be, il, 0, &b, T, &L->attn_norm));
         if (hp->layer_kind[il] == NF_LAYER_KDA) {
             CHECK(be->kda_block(be, il, st, b.x, T, b.y));
         } else {
@@ -195,12 +204,11 @@ static int forward_blocks(nf_backend *be, nf_state *st, const int32_t *tokens, i
             CHECK(be->mla_attend(be, il, st, b.q, b.sel, T, b.y));
             mla_index++;
         }
-        CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
-        /* FFN site */
-        CHECK(hc_pre_normed(be, il, 1, &b, T, &L->ffn_norm));
+        /* FFN site, with the attention's hc_post */
+        CHECK(hc_post_then_pre(be, il, 1, &b, T, &L->ffn_norm));
         if (hp->layer_moe[il]) CHECK(be->moe_block(be, il, b.x, T, b.y));
         else CHECK(be->dense_mlp(be, il, b.x, T, b.y));
-        CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
+        if (il + 1 == part->layer_end) CHECK(be->hc_post(be, b.X, b.y, b.mix, T));
     }
 
     if (part->X_out || (part->X_dev && part->layer_end < hp->n_layer)) {

@@ -114,7 +114,7 @@ typedef struct {
     double err[B_COUNT];
     int calls[B_COUNT];
     long sel_rows, sel_bad;
-    long fused_vals, fused_bad; /* hc_pre_norm vs the GPU's own hc_pre + rmsnorm: values compared, not bit-equal */
+    long fused_vals, fused_bad; /* fused hc calls vs the GPU's own unfused calls: values compared, values not bit-equal */
     int cuda_error;
 } pair_ctx;
 
@@ -241,6 +241,18 @@ static int p_hc_pre(nf_backend *be, int il, int site, const float *X, int T, flo
     cmp(P, B_HC_PRE, mix, (size_t)T * (hc + hc * hc));
     return 0;
 }
+/* a fused call's device output against the GPU's own unfused calls' (backend.h: equal bit for bit) */
+static void fused_same(pair_ctx *P, const void *fused, const void *unfused, size_t n) {
+    float *f = nf_xmalloc(n * sizeof(float)), *u = nf_xmalloc(n * sizeof(float));
+    cu_check(P, cudaDeviceSynchronize(), "sync fused");
+    cu_check(P, cudaMemcpy(f, fused, n * sizeof(float), cudaMemcpyDeviceToHost), "download");
+    cu_check(P, cudaMemcpy(u, unfused, n * sizeof(float), cudaMemcpyDeviceToHost), "download");
+    for (size_t i = 0; i < n; i++) P->fused_bad += memcmp(&f[i], &u[i], sizeof(float)) != 0;
+    P->fused_vals += (long)n;
+    free(f);
+    free(u);
+}
+
 /* the GPU's fused hc_pre_norm against the CPU's hc_pre + rmsnorm (tolerance, as both blocks), and against the GPU's
  * own hc_pre + rmsnorm, which it must equal bit for bit (backend.h) */
 static int p_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,
@@ -255,24 +267,49 @@ static int p_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T
     if (!dh || !dx || !dmix) return nf_fail("pair hc_pre_norm: out of device memory");
     if (P->gpu->hc_pre(P->gpu, il, site, dev_of(P, X), T, dh, dmix) < 0 || P->gpu->rmsnorm(P->gpu, w, dh, T, dx) < 0)
         return -1;
-    float *fx = nf_xmalloc(nx * sizeof(float)), *sx = nf_xmalloc(nx * sizeof(float));
-    float *fm = nf_xmalloc(nmix * sizeof(float)), *sm = nf_xmalloc(nmix * sizeof(float));
-    cu_check(P, cudaDeviceSynchronize(), "sync hc_pre_norm");
-    cu_check(P, cudaMemcpy(fx, dev_of(P, x), nx * sizeof(float), cudaMemcpyDeviceToHost), "download");
-    cu_check(P, cudaMemcpy(sx, dx, nx * sizeof(float), cudaMemcpyDeviceToHost), "download");
-    cu_check(P, cudaMemcpy(fm, dev_of(P, mix), nmix * sizeof(float), cudaMemcpyDeviceToHost), "download");
-    cu_check(P, cudaMemcpy(sm, dmix, nmix * sizeof(float), cudaMemcpyDeviceToHost), "download");
-    for (size_t i = 0; i < nx; i++) P->fused_bad += memcmp(&fx[i], &sx[i], sizeof(float)) != 0;
-    for (size_t i = 0; i < nmix; i++) P->fused_bad += memcmp(&fm[i], &sm[i], sizeof(float)) != 0;
-    P->fused_vals += (long)(nx + nmix);
-    free(fx);
-    free(sx);
-    free(fm);
-    free(sm);
+    fused_same(P, dev_of(P, x), dx, nx);
+    fused_same(P, dev_of(P, mix), dmix, nmix);
     P->gpu->release(P->gpu, dh);
     P->gpu->release(P->gpu, dx);
     P->gpu->release(P->gpu, dmix);
     float *h = nf_xmalloc(nx * sizeof(float));
+    const int rc = P->cpu->hc_pre(P->cpu, il, site, X, T, h, mix) < 0 || P->cpu->rmsnorm(P->cpu, w, h, T, x) < 0 ? -1 : 0;
+    free(h);
+    if (rc < 0) return -1;
+    cmp(P, B_HC_PRE, mix, nmix);
+    cmp(P, B_RMSNORM, x, nx);
+    return 0;
+}
+
+/* the GPU's hc_post_pre_norm (the streams' update folded into the next site's projection in decode) against the
+ * CPU's hc_post, hc_pre and rmsnorm (tolerance: the hc_post, hc_pre and rmsnorm blocks), and against the GPU's own
+ * hc_post then hc_pre_norm from the same inputs (on copies of X and mix), which it must equal bit for bit */
+static int p_hc_post_pre_norm(nf_backend *be, float *X, const float *y, int il, int site, int T, const nf_tensor *w,
+                              float *x, float *mix) {
+    pair_ctx *P = ctx_of(be);
+    const int hc = HP->hc_count, n = HP->n_embd;
+    const size_t nX = (size_t)T * hc * n, nx = (size_t)T * n, nmix = (size_t)T * (hc + hc * hc), f = sizeof(float);
+    up(P, X, nX * f);
+    up(P, y, nx * f);
+    up(P, mix, nmix * f);
+    float *dX = P->gpu->alloc(P->gpu, nX * f), *dx = P->gpu->alloc(P->gpu, nx * f), *dmix = P->gpu->alloc(P->gpu, nmix * f);
+    if (!dX || !dx || !dmix) return nf_fail("pair hc_post_pre_norm: out of device memory");
+    cu_check(P, cudaMemcpy(dX, dev_of(P, X), nX * f, cudaMemcpyDeviceToDevice), "copy X");
+    cu_check(P, cudaMemcpy(dmix, dev_of(P, mix), nmix * f, cudaMemcpyDeviceToDevice), "copy mix");
+    cu_check(P, cudaDeviceSynchronize(), "sync copies");
+    if (P->gpu->hc_post(P->gpu, dX, dev_of(P, y), dmix, T) < 0 ||
+        P->gpu->hc_pre_norm(P->gpu, il, site, dX, T, w, dx, dmix) < 0 ||
+        P->gpu->hc_post_pre_norm(P->gpu, dev_of(P, X), dev_of(P, y), il, site, T, w, dev_of(P, x), dev_of(P, mix)) < 0)
+        return -1;
+    fused_same(P, dev_of(P, X), dX, nX);
+    fused_same(P, dev_of(P, x), dx, nx);
+    fused_same(P, dev_of(P, mix), dmix, nmix);
+    P->gpu->release(P->gpu, dX);
+    P->gpu->release(P->gpu, dx);
+    P->gpu->release(P->gpu, dmix);
+    if (P->cpu->hc_post(P->cpu, X, y, mix, T) < 0) return -1;
+    cmp(P, B_HC_POST, X, nX);
+    float *h = nf_xmalloc(nx * f);
     const int rc = P->cpu->hc_pre(P->cpu, il, site, X, T, h, mix) < 0 || P->cpu->rmsnorm(P->cpu, w, h, T, x) < 0 ? -1 : 0;
     free(h);
     if (rc < 0) return -1;
@@ -419,6 +456,7 @@ static double block_check(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, 
     pb.hc_post = p_hc_post;
     pb.rmsnorm = p_rmsnorm;
     if (gpu->hc_pre_norm) pb.hc_pre_norm = p_hc_pre_norm;
+    if (gpu->hc_post_pre_norm && gpu->hc_pre_norm) pb.hc_post_pre_norm = p_hc_post_pre_norm;
     pb.kda_block = p_kda;
     pb.mla_project = p_mla_project;
     pb.indexer_select = p_indexer;
@@ -435,8 +473,10 @@ static double block_check(nf_backend *cpu, nf_backend *gpu, const int32_t *tok, 
     for (int d = 0; rc == 0 && d < ndecode; d++) rc = nf_prefill(&pb, st, tok + np + d, 1, 0, logits, 1, NULL);
     CHECK(rc == 0, "pair prefill: %s", nf_error());
     CHECK(!P.cuda_error, "CUDA error during the block check");
-    if (P.fused_vals) printf("  fused hc_pre_norm vs hc_pre + rmsnorm (both GPU): %ld of %ld values differ\n", P.fused_bad, P.fused_vals);
-    CHECK(P.fused_bad == 0, "hc_pre_norm differs from hc_pre + rmsnorm at %ld of %ld values", P.fused_bad, P.fused_vals);
+    if (P.fused_vals)
+        printf("  fused hc calls vs their unfused calls (both GPU): %ld of %ld values differ\n", P.fused_bad, P.fused_vals);
+    CHECK(P.fused_bad == 0, "fused hc calls differ from their unfused calls at %ld of %ld values", P.fused_bad,
+          P.fused_vals);
     double worst = 0;
     printf("  blocks, %s (max |gpu-cpu|/max|cpu| from identical inputs):", what);
     for (int k = 0; k < B_COUNT; k++) {
