@@ -118,7 +118,7 @@ static void run_case(int kind, int T, int E, int k, int with_bias, int norm) {
 
 int nf_gpu_test_router(void) {
     n_failed = 0;
-    printf("router (top-k by rank counting) vs the CPU's rules\n");
+    printf("router (top-k by rank counting; narrowed per warp unless NF_CUDA_ROUTER_NARROW=off) vs the CPU's rules\n");
     for (int kind = R_RANDOM; kind <= R_TIES; kind++) {
         run_case(kind, 5, 288, 8, 1, 1);
         run_case(kind, 5, 288, 8, 0, 1);
@@ -126,6 +126,9 @@ int nf_gpu_test_router(void) {
         run_case(kind, 3, 256, 8, 1, 0);
         run_case(kind, 2, 16, 16, 1, 1);
         run_case(kind, 2, 1500, 8, 1, 1);
+        /* the narrowed count with a short last warp (200: 8 experts, fewer than k) and k = 32 (one warp's all) */
+        run_case(kind, 2, 200, 20, 1, 1);
+        run_case(kind, 2, 40, 32, 1, 1);
     }
     run_case(R_NAN, 4, 288, 8, 1, 1);
     run_case(R_NAN, 4, 8, 8, 1, 1);
