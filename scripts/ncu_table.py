@@ -65,7 +65,9 @@ def main():
         e[0] += 1
         e[1] += num(r[ti])
         e[2] += num(r[bi])
-    print(f"kernels per token {len(step)}; kernel time {tot / 1e6:.3f} ms; DRAM read {byt / 1e9:.3f} GB ({byt / tot:.0f} GB/s)")
+    # step 0 is the first forward: the prefill chunk in nf-bench's profiles, not one token
+    what = "kernels in the first forward (prefill)" if a.step in (0, -len(steps)) else "kernels per token"
+    print(f"{what} {len(step)}; kernel time {tot / 1e6:.3f} ms; DRAM read {byt / 1e9:.3f} GB ({byt / tot:.0f} GB/s)")
     order = sorted(agg.items(), key=lambda kv: -kv[1][1])
     if a.markdown:
         print("| kernel | calls | time (us) | share | read (MB) | GB/s |\n|---|---:|---:|---:|---:|---:|")

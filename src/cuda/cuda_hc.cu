@@ -296,6 +296,99 @@ __global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *
     }
 }
 
+/* ---- the prefill projection ----
+ * mm[t][o] = r_t * (W_o . x_t), r_t = 1 / rms(x_t), for T > NF_CUDA_GEMV_MAX_VECTORS tokens: the product of the
+ * normalised streams as in decode (the same real number as normalising first, rounded differently), in one pass
+ * over X. Why: normalising into a scratch copy and running the tiled GEMM on a 24-row matrix read and wrote the
+ * 268 MB of a 4096-token chunk's streams twice and left most of each GEMM tile empty: 1.25 ms per site on the H100
+ * (docs/benchmarks.md, prefill kernel table), ~20x the time to read X once. A CTA takes HPP_TOK tokens and all nm <=
+ * HPP_OUT outputs; per HPP_K-column chunk it stages those rows of X and W in shared memory (the next chunk's loads
+ * in flight while this one is multiplied); thread (token tok, group g) accumulates outputs g, g + 8, g + 16 in
+ * column order and the sum of squares of columns 8g .. 8g + 7 of every chunk in double, the 8 groups' sums added
+ * by an xor butterfly. Every value depends only on its token's row, so a token gives the same bits whatever chunk
+ * or CTA it is in (chunked prefill stays bit-identical to one-shot). */
+#define HPP_TOK 32
+#define HPP_OUT 24
+#define HPP_K 64
+#define HPP_THREADS 256
+#define HPP_LD (HPP_K + 4) /* row stride of the shared tiles in floats: the 4 tokens of a warp in distinct banks */
+__global__ void __launch_bounds__(HPP_THREADS) hc_proj_prefill_kernel(const float *W, int64_t flat, int nm, const float *X,
+                                                                      int64_t ldx, int T, float eps, float *mm) {
+    NF_PDL_ENTER();
+    __shared__ __align__(16) float xs[HPP_TOK * HPP_LD];
+    __shared__ __align__(16) float ws[HPP_OUT * HPP_LD];
+    const int tid = (int)threadIdx.x, tok = tid >> 3, g = tid & 7;
+    const int t0 = (int)blockIdx.x * HPP_TOK;
+    constexpr int Q = HPP_K / 4; /* float4s per staged row */
+    /* this thread's loads of a chunk: X float4s tid and tid + 256 (32 rows x 16), W float4s tid and tid + 256 (24 x 16) */
+    float4 xr[2], wr[2];
+    auto load = [&](int64_t k0) {
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int i = tid + u * HPP_THREADS, row = i / Q, q = i % Q;
+            xr[u] = t0 + row < T ? *(const float4 *)(X + (size_t)(t0 + row) * ldx + k0 + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
+            wr[u] = row < nm ? __ldg((const float4 *)(W + (size_t)row * flat + k0 + 4 * q)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    auto store = [&]() {
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int i = tid + u * HPP_THREADS, row = i / Q, q = i % Q;
+            *(float4 *)(xs + row * HPP_LD + 4 * q) = xr[u];
+            if (row < HPP_OUT) *(float4 *)(ws + row * HPP_LD + 4 * q) = wr[u];
+        }
+    };
+    float a0 = 0.f, a1 = 0.f, a2 = 0.f;
+    double ss = 0.0;
+    load(0);
+    for (int64_t k0 = 0; k0 < flat; k0 += HPP_K) {
+        __syncthreads(); /* the previous chunk's reads are done */
+        store();
+        __syncthreads();
+        if (k0 + HPP_K < flat) load(k0 + HPP_K);
+        const float *xt = xs + tok * HPP_LD, *w0 = ws + g * HPP_LD, *w1 = w0 + 8 * HPP_LD, *w2 = w1 + 8 * HPP_LD;
+#pragma unroll 4
+        for (int q = 0; q < Q; q++) {
+            const float4 x = *(const float4 *)(xt + 4 * q), u0 = *(const float4 *)(w0 + 4 * q),
+                         u1 = *(const float4 *)(w1 + 4 * q), u2 = *(const float4 *)(w2 + 4 * q);
+            a0 = fmaf(x.x, u0.x, a0); a0 = fmaf(x.y, u0.y, a0); a0 = fmaf(x.z, u0.z, a0); a0 = fmaf(x.w, u0.w, a0);
+            a1 = fmaf(x.x, u1.x, a1); a1 = fmaf(x.y, u1.y, a1); a1 = fmaf(x.z, u1.z, a1); a1 = fmaf(x.w, u1.w, a1);
+            a2 = fmaf(x.x, u2.x, a2); a2 = fmaf(x.y, u2.y, a2); a2 = fmaf(x.z, u2.z, a2); a2 = fmaf(x.w, u2.w, a2);
+        }
+        ss = nf_d_sumsq_add4(ss, *(const float4 *)(xt + 8 * g));
+        ss = nf_d_sumsq_add4(ss, *(const float4 *)(xt + 8 * g + 4));
+    }
+    /* the token's 8 groups are lanes 8 (tok % 4) .. + 7 of one warp */
+    for (int o = 4; o >= 1; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const int t = t0 + tok;
+    if (t < T) {
+        const float r = nf_d_rms_inv(ss, flat, eps);
+        float *mt = mm + (size_t)t * nm;
+        if (g < nm) mt[g] = __fmul_rn(a0, r);
+        if (g + 8 < nm) mt[g + 8] = __fmul_rn(a1, r);
+        if (g + 16 < nm) mt[g + 16] = __fmul_rn(a2, r);
+    }
+}
+
+/* NF_CUDA_HC_PROJ_PREFILL=off: prefill's projection as rmsnorm into a copy + the tiled GEMM (A/B) */
+static bool hc_proj_prefill_on(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_PROJ_PREFILL", "off");
+}
+
+/* prefill's projection into mm[T][nm] by hc_proj_prefill_kernel: 1 when it ran, 0 when off or the shape does not
+ * suit it (nothing launched) */
+static int hc_proj_prefill(nf_cuda *c, const nf_cuda_mat &w, const float *X, int T, int64_t flat, int nm, float eps,
+                           float *mm) {
+    if (!hc_proj_prefill_on() || T <= NF_CUDA_GEMV_MAX_VECTORS || w.type != NF_TYPE_F32 || !w.w || nm > HPP_OUT ||
+        flat % HPP_K || w.n != flat || w.rows != nm || ((uintptr_t)w.w & 15) || ((uintptr_t)X & 15))
+        return 0;
+    nf_launch(hc_proj_prefill_kernel, (unsigned)((T + HPP_TOK - 1) / HPP_TOK), HPP_THREADS, 0, c->stream,
+              (const float *)w.w, flat, nm, X, flat, T, eps, mm);
+    NF_LAUNCHED();
+    return 1;
+}
+
 /* token t's projection mm[nm] from its S slices' partial sums (hc_proj_part_kernel) into shared memory: every
  * thread of the block calls it (it synchronises). Item j < nm is output j's sum, item nm the sum of squares; lane
  * l of the warp that owns an item loads slices l, l + 32, ... all at once (one memory round trip: ncu put the
@@ -489,7 +582,9 @@ static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out,
     if (!split && post_y && nf_cuda_hc_post(be, X, post_y, mix, T) < 0) return -1;
     if (!split) {
         if (!(mm = sc.get<float>((size_t)T * nm))) return nf_fail("cuda hc_pre: out of device memory");
-        if (nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0) return -1;
+        if (!hc_proj_prefill(c, w, X, T, flat, nm, hp->rms_eps, mm) &&
+            nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0)
+            return -1;
     }
     const float *norm_w = norm ? nf_cuda_vec(c, norm) : nullptr;
     if (norm && !norm_w) return nf_fail_prefix("layer %d norm", il);
