@@ -50,7 +50,15 @@ int nf_cuda_mla_core(cudaStream_t stream, const float *latent, const float *qt, 
 /* The core with its path forced, for tests and for timing the paths against each other in one process (the
  * environment switches are read once); NF_MLA_PATH_AUTO is nf_cuda_mla_core. A decode path forced on sizes it
  * does not take fails. */
-typedef enum { NF_MLA_PATH_AUTO, NF_MLA_PATH_TILED, NF_MLA_PATH_ONLINE, NF_MLA_PATH_TWOPASS } nf_mla_path;
+typedef enum { NF_MLA_PATH_AUTO, NF_MLA_PATH_TILED, NF_MLA_PATH_ONLINE, NF_MLA_PATH_TWOPASS, NF_MLA_PATH_TC } nf_mla_path;
+/* NF_MLA_PATH_TC (never chosen by AUTO: the backend takes it for prefill in its default bf16 mode, see
+ * nf_cuda_mla_tc_wanted): the scores and the values as bf16 tensor-core products (qt, the latent rows and p
+ * rounded to bf16, f32 accumulation), the same two-pass softmax in f32 between them; ~2^-8 relative to the f32
+ * paths, and like them independent of T (fixed tiles, every sum in index order). kl % 4 == 0. */
+/* 1 when the backend's prefill attention of T tokens takes NF_MLA_PATH_TC: T >= NF_CUDA_GEMM_MIN_VECTORS (the
+ * products beside it are bf16 GEMMs too), NF_CUDA_GEMM neither off nor f32 (the exact modes the tests use), and
+ * NF_CUDA_MLA_TC not off */
+int nf_cuda_mla_tc_wanted(int T);
 int nf_cuda_mla_core_path(nf_mla_path path, cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel,
                           int T, int H, int kl, int width, float scale, float *S, float *U);
 

@@ -27,6 +27,8 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_launch.h"
 #include "cuda/cuda_mla_decode.h"
+#include "cuda/cuda_gemm.h"
+#include "cuda/cuda_mma.h"
 
 int nf_cuda_mla_project(nf_backend *be, int il, nf_state *st, const float *x, int T, float *qr, float *q) {
     nf_cuda *c = nf_cuda_of(be);
@@ -276,6 +278,159 @@ __global__ void __launch_bounds__(256) mla_value_kernel(const float *__restrict_
     }
 }
 
+/* ---- the bf16 tensor-core path (NF_MLA_PATH_TC, prefill) ----
+ * Why: the tiled f32 kernels above run the two products of the core on CUDA cores at ~22 TFLOPS: 20% of a
+ * 4096-token prefill chunk on the H100 (docs/benchmarks.md, prefill kernel table), more than any GEMM shape. Both
+ * are tile products with k contiguous in shared memory on both sides, which is what mma.sync m16n8k16 takes:
+ *   scores  S[h][s] = qt_h . c_sel[s]   A = qt (64 heads x kl), B = the 64 selected latent rows (64 x kl);
+ *   values  U[h][c] = sum_s p[h][s] c_sel[s][c]   A = p (64 heads x 64 slots), B = the latent tile transposed
+ *           while staged (64 columns x 64 slots), over the selection in chunks of 64 (chunks without a valid
+ *           entry skipped, as the f32 kernel).
+ * CTA = 64 x 64 outputs, 8 warps of 16 x 32 (4 n8 tiles); operands rounded to bf16 as staged (f32 accumulate).
+ * A value depends only on its token's rows and the fixed tiles, so chunked prefill stays bit-identical. */
+#define TC_T 64           /* heads per tile (M); slots (scores) or latent columns (values) per tile (N) */
+#define TC_K 64           /* reduction step */
+#define TC_KP (TC_K + 8)  /* padded bf16 row: 144 bytes, ldmatrix without bank conflicts */
+
+/* acc (the warp's 16 x 32 block: rows 16 wm .., columns 32 wn ..) += A[64][TC_K] B[64][TC_K]^T, both bf16 rows of
+ * TC_KP elements in shared memory; acc[nt][q]: row g + 8 (q / 2), column 8 nt + 2 t4 + q % 2 (g = lane / 4,
+ * t4 = lane % 4), the mma accumulator layout */
+__device__ __forceinline__ void tc_tile_mma(float (&acc)[4][4], const uint16_t *A, const uint16_t *B, int wm, int wn,
+                                            int lane) {
+#pragma unroll
+    for (int kk = 0; kk < TC_K / 16; kk++) {
+        uint32_t af[4];
+        ldsm_x4(af, A + (wm * 16 + (lane & 15)) * TC_KP + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+        for (int np = 0; np < 2; np++) {
+            uint32_t r[4];
+            ldsm_x4(r, B + (wn * 32 + np * 16 + (lane & 7) + ((lane >> 4) << 3)) * TC_KP + kk * 16 + ((lane >> 3) & 1) * 8);
+            const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+            mma_bf16(acc[2 * np], af, b0);
+            mma_bf16(acc[2 * np + 1], af, b1);
+        }
+    }
+}
+
+__device__ __forceinline__ void st_bf16x4(uint16_t *d, float4 v) {
+    uint2 u;
+    u.x = pack_bf16x2(v.x, v.y);
+    u.y = pack_bf16x2(v.z, v.w);
+    *(uint2 *)d = u;
+}
+
+/* CTA = (slot tile, token, head tile) */
+__global__ void __launch_bounds__(256) mla_score_tc_kernel(const float *__restrict__ latent, const float *__restrict__ qt,
+                                                           const int32_t *__restrict__ sel, int H, int kl, int width,
+                                                           int64_t lds, float scale, float *__restrict__ S) {
+    NF_PDL_ENTER();
+    __shared__ __align__(16) uint16_t Qs[TC_T * TC_KP];
+    __shared__ __align__(16) uint16_t Cs[TC_T * TC_KP];
+    __shared__ int32_t pos[TC_T];
+    const int t = blockIdx.y, s0 = blockIdx.x * TC_T, h0 = blockIdx.z * TC_T;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 3, wn = warp >> 2;
+    const int32_t *row = sel + (int64_t)t * width;
+    int valid = 0;
+    if (tid < TC_T) {
+        const int32_t p = s0 + tid < width ? row[s0 + tid] : -1;
+        pos[tid] = p;
+        valid = p >= 0;
+    }
+    if (!__syncthreads_or(valid)) return;
+    float acc[4][4] = {};
+    const float *q = qt + ((int64_t)t * H + h0) * kl;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int kc = 0; kc < kl; kc += TC_K) {
+        /* row r, dims kc + 4 c4 .. + 3 of both tiles (kl % 4 == 0: a float4 is wholly inside or outside) */
+        for (int e = tid; e < TC_T * (TC_K / 4); e += 256) {
+            const int r = e / (TC_K / 4), c4 = e % (TC_K / 4), k = kc + 4 * c4;
+            const int32_t p = pos[r];
+            st_bf16x4(Qs + r * TC_KP + 4 * c4, h0 + r < H && k < kl ? *(const float4 *)(q + (int64_t)r * kl + k) : zero);
+            st_bf16x4(Cs + r * TC_KP + 4 * c4, p >= 0 && k < kl ? *(const float4 *)(latent + (int64_t)p * kl + k) : zero);
+        }
+        __syncthreads();
+        tc_tile_mma(acc, Qs, Cs, wm, wn, lane);
+        __syncthreads();
+    }
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int qd = 0; qd < 4; qd++) {
+            const int h = h0 + wm * 16 + g + 8 * (qd >> 1), sl = wn * 32 + nt * 8 + 2 * t4 + (qd & 1);
+            if (h < H && s0 + sl < width && pos[sl] >= 0) S[((int64_t)t * H + h) * lds + s0 + sl] = __fmul_rn(acc[nt][qd], scale);
+        }
+}
+
+/* CTA = (latent column tile, token, head tile) */
+__global__ void __launch_bounds__(256) mla_value_tc_kernel(const float *__restrict__ latent, const float *__restrict__ P,
+                                                           const int32_t *__restrict__ sel, int H, int kl, int width,
+                                                           int64_t lds, float *__restrict__ U) {
+    NF_PDL_ENTER();
+    __shared__ __align__(16) uint16_t Ps[TC_T * TC_KP]; /* [head][slot] */
+    __shared__ __align__(16) uint16_t Ct[TC_T * TC_KP]; /* [latent column][slot] */
+    __shared__ int32_t pos[TC_K];
+    const int t = blockIdx.y, c0 = blockIdx.x * TC_T, h0 = blockIdx.z * TC_T;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 3, wn = warp >> 2;
+    const int32_t *row = sel + (int64_t)t * width;
+    const float *pt = P + ((int64_t)t * H + h0) * lds;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float acc[4][4] = {};
+    for (int s0 = 0; s0 < width; s0 += TC_K) {
+        int valid = 0;
+        if (tid < TC_K) {
+            const int32_t p = s0 + tid < width ? row[s0 + tid] : -1;
+            pos[tid] = p;
+            valid = p >= 0;
+        }
+        if (!__syncthreads_or(valid)) continue; /* a chunk without a selected row adds nothing */
+        const int kw = imin(TC_K, width - s0);
+        for (int e = tid; e < TC_T * (TC_K / 4); e += 256) {
+            /* p: head r, slots s0 + 4 j4 .. + 3 (the row is lds >= width floats; entries past width are not p) */
+            const int r = e / (TC_K / 4), j = 4 * (e % (TC_K / 4));
+            float4 v = h0 + r < H ? *(const float4 *)(pt + (int64_t)r * lds + s0 + j) : zero;
+            if (j + 0 >= kw) v.x = 0.0f;
+            if (j + 1 >= kw) v.y = 0.0f;
+            if (j + 2 >= kw) v.z = 0.0f;
+            if (j + 3 >= kw) v.w = 0.0f;
+            st_bf16x4(Ps + r * TC_KP + j, v);
+            /* latent: slot jj, columns c0 + 4 c4 .. + 3, stored transposed (consecutive threads: consecutive
+             * slots of one column group, so the 2-byte shared stores do not conflict) */
+            const int jj = e % TC_K, c4 = e / TC_K, col = c0 + 4 * c4;
+            const int32_t p = pos[jj];
+            const float4 c = p >= 0 && col < kl ? *(const float4 *)(latent + (int64_t)p * kl + col) : zero;
+            const uint32_t lo = pack_bf16x2(c.x, c.y), hi = pack_bf16x2(c.z, c.w);
+            Ct[(4 * c4 + 0) * TC_KP + jj] = (uint16_t)lo;
+            Ct[(4 * c4 + 1) * TC_KP + jj] = (uint16_t)(lo >> 16);
+            Ct[(4 * c4 + 2) * TC_KP + jj] = (uint16_t)hi;
+            Ct[(4 * c4 + 3) * TC_KP + jj] = (uint16_t)(hi >> 16);
+        }
+        __syncthreads();
+        tc_tile_mma(acc, Ps, Ct, wm, wn, lane);
+        __syncthreads();
+    }
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int qd = 0; qd < 4; qd++) {
+            const int h = h0 + wm * 16 + g + 8 * (qd >> 1), col = c0 + wn * 32 + nt * 8 + 2 * t4 + (qd & 1);
+            if (h < H && col < kl) U[((int64_t)t * H + h) * kl + col] = acc[nt][qd];
+        }
+}
+
+/* NF_CUDA_MLA_TC=off: prefill's attention core on the f32 tiled kernels in every mode (A/B) */
+static bool tc_enabled(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_MLA_TC", "off");
+}
+
+extern "C" int nf_cuda_mla_tc_wanted(int T) {
+    if (T < NF_CUDA_GEMM_MIN_VECTORS || !tc_enabled()) return 0;
+    const char *e = getenv("NF_CUDA_GEMM"); /* read per call, as nf_cuda_gemm_try: a test switches it between runs */
+    return !(e && (!strcmp(e, "off") || !strcmp(e, "f32")));
+}
+
 static bool split_enabled(void) {
     static int cache = -1;
     return nf_cuda_env_switch(&cache, "NF_CUDA_MLA_SPLIT", "off");
@@ -324,6 +479,18 @@ extern "C" int nf_cuda_mla_core_path(nf_mla_path path, cudaStream_t stream, cons
             return nf_fail("cuda mla: the online decode path takes T <= 4, kv_lora_rank 32 x 1..32 (a power of two), "
                            "not T %d, kv_lora_rank %d", T, kl);
         return nf_mla_online(stream, latent, qt, sel, T, H, kl, width, scale, S, U);
+    case NF_MLA_PATH_TC: {
+        const int64_t lds = srow(width);
+        nf_launch(mla_score_tc_kernel, dim3((width + TC_T - 1) / TC_T, T, (H + TC_T - 1) / TC_T), 256, 0, stream, latent,
+                  qt, sel, H, kl, width, lds, scale, S);
+        NF_LAUNCHED();
+        nf_launch(mla_softmax_kernel, (unsigned)((int64_t)T * H), 256, 0, stream, sel, H, width, lds, S);
+        NF_LAUNCHED();
+        nf_launch(mla_value_tc_kernel, dim3((kl + TC_T - 1) / TC_T, T, (H + TC_T - 1) / TC_T), 256, 0, stream, latent, S,
+                  sel, H, kl, width, lds, U);
+        NF_LAUNCHED();
+        return 0;
+    }
     case NF_MLA_PATH_TILED: break;
     default: return nf_fail("cuda mla: unknown core path %d", (int)path);
     }
@@ -370,10 +537,14 @@ int nf_cuda_mla_attend(nf_backend *be, int il, nf_state *st, const float *q, con
     if (!qt || !S || !U || !o) return nf_fail("cuda mla: out of device memory");
     nf_cuda_mat kb = nf_cuda_mat_of(c, &L->k_b), vb = nf_cuda_mat_of(c, &L->v_b), wo = nf_cuda_mat_of(c, &L->attn_output);
     const float scale = 1.0f / sqrtf((float)dk);
+    /* by the forward's T, not the chunk's: every chunk of one prefill takes the same path */
+    const bool tc_path = nf_cuda_mla_tc_wanted(T);
     for (int t0 = 0; t0 < T; t0 += chunk) {
         const int tc = imin(chunk, T - t0);
         if (nf_cuda_matmul_ex(c, &kb, q + (size_t)t0 * H * dk, dk, 1, H, nullptr, qt, kl, tc * H) < 0) return -1;
-        if (nf_cuda_mla_core(c->stream, st->L[il].latent, qt, sel + (size_t)t0 * width, tc, H, kl, width, scale, S, U) < 0)
+        const nf_mla_path path = tc_path ? NF_MLA_PATH_TC : NF_MLA_PATH_AUTO;
+        if (nf_cuda_mla_core_path(path, c->stream, st->L[il].latent, qt, sel + (size_t)t0 * width, tc, H, kl, width, scale,
+                                  S, U) < 0)
             return -1;
         if (nf_cuda_matmul_ex(c, &vb, U, kl, 1, H, nullptr, o, dv, tc * H) < 0) return -1;
         if (nf_cuda_matmul(c, &wo, o, tc, (int64_t)H * dv, y + (size_t)t0 * n, n) < 0) return -1;

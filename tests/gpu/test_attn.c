@@ -329,6 +329,31 @@ static void core_check(int H, int kl, int width, int64_t ctx, int T, int force_p
     size_t ndiff = 0;
     for (size_t i = 0; i < nU; i++) ndiff += memcmp(&g[R_ONE][i], &g[R_GROUPS][i], sizeof(float)) != 0;
     CHECK(ndiff == 0, "%zu of %zu values differ between one-token calls and calls of 4 tokens", ndiff, nU);
+    /* the bf16 tensor-core path (prefill's, NF_MLA_PATH_TC): all tokens in one call and in two calls; its operands
+     * are rounded to bf16 (~2^-9 each), so the tolerance is bf16's, and it is as independent of T as the others */
+    {
+        float *tc1 = nf_xmalloc(nU * sizeof(float)), *tc2 = nf_xmalloc(nU * sizeof(float));
+        const int half = T / 2;
+        int rc = nf_cuda_mla_core_path(NF_MLA_PATH_TC, 0, dlat, dqt, dsel, T, H, kl, width, fscale, S, U);
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(tc1, U, nU * sizeof(float), cudaMemcpyDeviceToHost));
+        if (rc == 0) rc = nf_cuda_mla_core_path(NF_MLA_PATH_TC, 0, dlat, dqt, dsel, half, H, kl, width, fscale, S, U);
+        if (rc == 0)
+            rc = nf_cuda_mla_core_path(NF_MLA_PATH_TC, 0, dlat, dqt + (size_t)half * H * kl, dsel + (size_t)half * width,
+                                       T - half, H, kl, width, fscale, S, U + (size_t)half * H * kl);
+        CHECK(rc == 0, "mla core (tensor cores): %s", nf_error());
+        CU(cudaDeviceSynchronize());
+        CU(cudaMemcpy(tc2, U, nU * sizeof(float), cudaMemcpyDeviceToHost));
+        const double e = core_err(ref, tc1, T * H, kl);
+        size_t nd = 0;
+        for (size_t i = 0; i < nU; i++) nd += memcmp(&tc1[i], &tc2[i], sizeof(float)) != 0;
+        printf("  mla core H %d kl %d width %d, %d tokens, bf16 tensor cores: max rel err vs double %.2e (tol 1e-2), "
+               "one call vs two: %zu of %zu values differ\n", H, kl, width, T, e, nd, nU);
+        CHECK(e <= 1e-2, "attention core error %.3g (bf16 tensor cores)", e);
+        CHECK(nd == 0, "%zu of %zu values differ between one call and two calls on the tensor-core path", nd, nU);
+        free(tc1);
+        free(tc2);
+    }
     /* the decode paths refuse what they cannot take */
     CHECK(nf_cuda_mla_core_path(NF_MLA_PATH_TWOPASS, 0, dlat, dqt, dsel, 5, H, kl, width, fscale, S, U) < 0,
           "the two-pass path accepted 5 tokens");
