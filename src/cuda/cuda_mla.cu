@@ -312,6 +312,15 @@ __device__ __forceinline__ void tc_tile_mma(float (&acc)[4][4], const uint16_t *
     }
 }
 
+/* f(row, column, value) for each of the warp's accumulator values, row and column within the 64 x 64 tile */
+template <typename F> __device__ __forceinline__ void tc_tile_each(const float (&acc)[4][4], int wm, int wn, int lane, F f) {
+    const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int qd = 0; qd < 4; qd++) f(wm * 16 + g + 8 * (qd >> 1), wn * 32 + nt * 8 + 2 * t4 + (qd & 1), acc[nt][qd]);
+}
+
 __device__ __forceinline__ void st_bf16x4(uint16_t *d, float4 v) {
     uint2 u;
     u.x = pack_bf16x2(v.x, v.y);
@@ -352,14 +361,10 @@ __global__ void __launch_bounds__(256) mla_score_tc_kernel(const float *__restri
         tc_tile_mma(acc, Qs, Cs, wm, wn, lane);
         __syncthreads();
     }
-    const int g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-        for (int qd = 0; qd < 4; qd++) {
-            const int h = h0 + wm * 16 + g + 8 * (qd >> 1), sl = wn * 32 + nt * 8 + 2 * t4 + (qd & 1);
-            if (h < H && s0 + sl < width && pos[sl] >= 0) S[((int64_t)t * H + h) * lds + s0 + sl] = __fmul_rn(acc[nt][qd], scale);
-        }
+    tc_tile_each(acc, wm, wn, lane, [&](int hr, int sl, float v) {
+        const int h = h0 + hr;
+        if (h < H && s0 + sl < width && pos[sl] >= 0) S[((int64_t)t * H + h) * lds + s0 + sl] = __fmul_rn(v, scale);
+    });
 }
 
 /* CTA = (latent column tile, token, head tile) */
@@ -409,14 +414,10 @@ __global__ void __launch_bounds__(256) mla_value_tc_kernel(const float *__restri
         tc_tile_mma(acc, Ps, Ct, wm, wn, lane);
         __syncthreads();
     }
-    const int g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-        for (int qd = 0; qd < 4; qd++) {
-            const int h = h0 + wm * 16 + g + 8 * (qd >> 1), col = c0 + wn * 32 + nt * 8 + 2 * t4 + (qd & 1);
-            if (h < H && col < kl) U[((int64_t)t * H + h) * kl + col] = acc[nt][qd];
-        }
+    tc_tile_each(acc, wm, wn, lane, [&](int hr, int cr, float v) {
+        const int h = h0 + hr, col = c0 + cr;
+        if (h < H && col < kl) U[((int64_t)t * H + h) * kl + col] = v;
+    });
 }
 
 /* NF_CUDA_MLA_TC=off: prefill's attention core on the f32 tiled kernels in every mode (A/B) */

@@ -253,6 +253,19 @@ static void fused_same(pair_ctx *P, const void *fused, const void *unfused, size
     free(u);
 }
 
+/* the CPU's hc_pre + rmsnorm of X (the host side of a pair buffer), compared with what the GPU left in mix and x */
+static int cpu_pre_norm(pair_ctx *P, int il, int site, const float *X, int T, const nf_tensor *w, float *x, float *mix) {
+    const int hc = HP->hc_count, n = HP->n_embd;
+    const size_t nx = (size_t)T * n;
+    float *h = nf_xmalloc(nx * sizeof(float));
+    const int rc = P->cpu->hc_pre(P->cpu, il, site, X, T, h, mix) < 0 || P->cpu->rmsnorm(P->cpu, w, h, T, x) < 0 ? -1 : 0;
+    free(h);
+    if (rc < 0) return -1;
+    cmp(P, B_HC_PRE, mix, (size_t)T * (hc + hc * hc));
+    cmp(P, B_RMSNORM, x, nx);
+    return 0;
+}
+
 /* the GPU's fused hc_pre_norm against the CPU's hc_pre + rmsnorm (tolerance, as both blocks), and against the GPU's
  * own hc_pre + rmsnorm, which it must equal bit for bit (backend.h) */
 static int p_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T, const nf_tensor *w, float *x,
@@ -272,13 +285,7 @@ static int p_hc_pre_norm(nf_backend *be, int il, int site, const float *X, int T
     P->gpu->release(P->gpu, dh);
     P->gpu->release(P->gpu, dx);
     P->gpu->release(P->gpu, dmix);
-    float *h = nf_xmalloc(nx * sizeof(float));
-    const int rc = P->cpu->hc_pre(P->cpu, il, site, X, T, h, mix) < 0 || P->cpu->rmsnorm(P->cpu, w, h, T, x) < 0 ? -1 : 0;
-    free(h);
-    if (rc < 0) return -1;
-    cmp(P, B_HC_PRE, mix, nmix);
-    cmp(P, B_RMSNORM, x, nx);
-    return 0;
+    return cpu_pre_norm(P, il, site, X, T, w, x, mix);
 }
 
 /* the GPU's hc_post_pre_norm (the streams' update folded into the next site's projection in decode) against the
@@ -309,13 +316,7 @@ static int p_hc_post_pre_norm(nf_backend *be, float *X, const float *y, int il, 
     P->gpu->release(P->gpu, dmix);
     if (P->cpu->hc_post(P->cpu, X, y, mix, T) < 0) return -1;
     cmp(P, B_HC_POST, X, nX);
-    float *h = nf_xmalloc(nx * f);
-    const int rc = P->cpu->hc_pre(P->cpu, il, site, X, T, h, mix) < 0 || P->cpu->rmsnorm(P->cpu, w, h, T, x) < 0 ? -1 : 0;
-    free(h);
-    if (rc < 0) return -1;
-    cmp(P, B_HC_PRE, mix, nmix);
-    cmp(P, B_RMSNORM, x, nx);
-    return 0;
+    return cpu_pre_norm(P, il, site, X, T, w, x, mix);
 }
 static int p_hc_post(nf_backend *be, float *X, const float *y, const float *mix, int T) {
     pair_ctx *P = ctx_of(be);
