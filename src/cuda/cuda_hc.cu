@@ -370,10 +370,11 @@ __global__ void __launch_bounds__(HPP_THREADS) hc_proj_prefill_kernel(const floa
     }
 }
 
-/* NF_CUDA_HC_PROJ_PREFILL=off: prefill's projection as rmsnorm into a copy + the tiled GEMM (A/B) */
+/* NF_CUDA_HC_PROJ_PREFILL=on: prefill's projection by hc_proj_prefill_kernel instead of an RMSNorm into a copy + the
+ * tiled GEMM. Opt-in until it has run on a GPU (only the emulation has run it) */
 static bool hc_proj_prefill_on(void) {
     static int cache = -1;
-    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_PROJ_PREFILL", "off");
+    return !nf_cuda_env_switch(&cache, "NF_CUDA_HC_PROJ_PREFILL", "on"); /* the switch is 0 exactly when it is "on" */
 }
 
 /* prefill's projection into mm[T][nm] by hc_proj_prefill_kernel: 1 when it ran, 0 when off or the shape does not
@@ -435,10 +436,27 @@ __device__ void hc_reduce_parts(const float *part, const double *ssq, int S, int
 /* __launch_bounds__(1024): the fused norm runs on nf_cuda_row_threads(n) threads (1024 at n_embd 4096, as
  * rmsnorm_kernel, for the same sums), which needs <= 64 registers per thread (without the bound: 96, and the launch
  * failed with "too many resources requested" on the H200) */
-__global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *mm, const float *base, const float *scale, const float *X, int T,
-                                       int hc, int n, int iters, float eps, float *mix, float *h,
-                                       int sinkhorn_mode, const float *norm_w, float norm_eps, int row4,
-                                       const float *part, const double *ssq, int nparts, int64_t flat, float xeps) {
+/* the mixing kernel's arguments: one struct instead of a list that grew with each fused step */
+struct hc_mix_args {
+    const float *mm, *base, *scale, *X; /* the projection [T][nm] (unused with part), the site's params, the streams */
+    int T, hc, n, iters;
+    float eps;                          /* hc_eps */
+    float *mix, *h;                     /* out: (post, comb) [T][hc + hc*hc]; the collapse (normalised with norm_w) */
+    int sinkhorn_mode;
+    const float *norm_w;                /* the sub-layer's RMSNorm weight, or NULL */
+    float norm_eps;
+    int row4;                           /* block 1 normalises through collapse_norm_row4 */
+    const float *part;                  /* the split projection's slices [T][nparts][nm] and sums of squares, or NULL */
+    const double *ssq;
+    int nparts;
+    int64_t flat;
+    float xeps;                         /* the eps of the streams' norm (the split projection's r) */
+};
+__global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const hc_mix_args a) {
+    const float *mm = a.mm, *base = a.base, *scale = a.scale, *X = a.X, *norm_w = a.norm_w, *part = a.part;
+    const int T = a.T, hc = a.hc, n = a.n, iters = a.iters, sinkhorn_mode = a.sinkhorn_mode, row4 = a.row4;
+    const float eps = a.eps, norm_eps = a.norm_eps;
+    float *mix = a.mix, *h = a.h;
     /* row4 (hc = 4, n <= 4 x blockDim, aligned rows): block 1 normalises through collapse_norm_row4 */
     const int tid = threadIdx.x;
     const bool r4 = row4 && norm_w && blockIdx.x == 1;
@@ -451,7 +469,7 @@ __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const float *m
         const float *m = mm + (size_t)t * nm;
         /* with part: the split projection's slices (mm unused) */
         if (part) {
-            hc_reduce_parts(part + (size_t)t * nparts * nm, ssq + (size_t)t * nparts, nparts, nm, flat, xeps, mmv);
+            hc_reduce_parts(part + (size_t)t * a.nparts * nm, a.ssq + (size_t)t * a.nparts, a.nparts, nm, a.flat, a.xeps, mmv);
             m = mmv;
         }
         if (blockIdx.x == 0) {
@@ -600,9 +618,9 @@ static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out,
         const dim3 grid(2, T < 65535 ? T : 65535);
         const int row4 = hc == 4 && n % 4 == 0 && (int64_t)n <= 4 * (int64_t)norm_threads && ((uintptr_t)X & 15) == 0 &&
                          ((uintptr_t)out & 15) == 0 && ((uintptr_t)norm_w & 15) == 0 && nf_cuda_norm_row4_enabled();
-        nf_launch(hc_mix_collapse_kernel, grid, norm_threads, row_bytes, c->stream, mm, base, scale, X, T, hc, n,
-                  hp->hc_sinkhorn_iters, hp->hc_eps, mix, out, hc_sinkhorn_mode(), norm_w, hp->rms_eps, row4,
-                  (const float *)part, (const double *)ssq, nparts, flat, hp->rms_eps);
+        const hc_mix_args a = {mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters, hp->hc_eps, mix, out,
+                               hc_sinkhorn_mode(), norm_w, hp->rms_eps, row4, part, ssq, nparts, flat, hp->rms_eps};
+        nf_launch(hc_mix_collapse_kernel, grid, norm_threads, row_bytes, c->stream, a);
         NF_LAUNCHED();
         return 0;
     }
@@ -610,9 +628,9 @@ static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out,
     if (norm && !(h = sc.get<float>((size_t)T * n))) return nf_fail("cuda hc_pre: out of device memory");
     const int collapse_blocks = (int)((n + HC_THREADS - 1) / HC_THREADS < 64 ? (n + HC_THREADS - 1) / HC_THREADS : 64);
     const dim3 grid(1 + collapse_blocks, T < 65535 ? T : 65535);
-    nf_launch(hc_mix_collapse_kernel, grid, HC_THREADS, 0, c->stream, mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters,
-              hp->hc_eps, mix, h, hc_sinkhorn_mode(), (const float *)nullptr, 0.0f, 0, (const float *)part,
-              (const double *)ssq, nparts, flat, hp->rms_eps);
+    const hc_mix_args a = {mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters, hp->hc_eps, mix, h, hc_sinkhorn_mode(),
+                           nullptr, 0.0f, 0, part, ssq, nparts, flat, hp->rms_eps};
+    nf_launch(hc_mix_collapse_kernel, grid, HC_THREADS, 0, c->stream, a);
     NF_LAUNCHED();
     return norm ? nf_cuda_rmsnorm_rows(c, h, n, T, n, hp->rms_eps, norm_w, out, n) : 0;
 }
