@@ -420,10 +420,11 @@ __global__ void __launch_bounds__(256) mla_value_tc_kernel(const float *__restri
     });
 }
 
-/* NF_CUDA_MLA_TC=off: prefill's attention core on the f32 tiled kernels in every mode (A/B) */
+/* NF_CUDA_MLA_TC=on: prefill's attention core on tensor cores in the bf16 mode. Opt-in until it has run on a GPU
+ * (only the emulation has run it); off, the f32 tiled kernels in every mode */
 static bool tc_enabled(void) {
     static int cache = -1;
-    return nf_cuda_env_switch(&cache, "NF_CUDA_MLA_TC", "off");
+    return !nf_cuda_env_switch(&cache, "NF_CUDA_MLA_TC", "on"); /* the switch is 0 exactly when it is "on" */
 }
 
 extern "C" int nf_cuda_mla_tc_wanted(int T) {

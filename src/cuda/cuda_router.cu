@@ -16,10 +16,11 @@
 
 #define ROUTER_THREADS_MAX 1024
 
-/* NF_CUDA_ROUTER_NARROW=off: the full count over all experts (A/B; the same selection) */
+/* NF_CUDA_ROUTER_NARROW=on: the narrowed count (the same selection). Opt-in until it has run on a GPU (session 17
+ * could not start a device machine: only the emulation has run it) */
 static int router_narrow_on(void) {
     static int cache = -1;
-    return nf_cuda_env_switch(&cache, "NF_CUDA_ROUTER_NARROW", "off");
+    return !nf_cuda_env_switch(&cache, "NF_CUDA_ROUTER_NARROW", "on"); /* the switch is 0 exactly when it is "on" */
 }
 
 /* The ranking key of a choice value: larger keys rank first; floats in their numeric order (-0 as +0, so the two

@@ -118,7 +118,7 @@ static void run_case(int kind, int T, int E, int k, int with_bias, int norm) {
 
 int nf_gpu_test_router(void) {
     n_failed = 0;
-    printf("router (top-k by rank counting; narrowed per warp unless NF_CUDA_ROUTER_NARROW=off) vs the CPU's rules\n");
+    printf("router (top-k by rank counting; narrowed per warp with NF_CUDA_ROUTER_NARROW=on) vs the CPU's rules\n");
     for (int kind = R_RANDOM; kind <= R_TIES; kind++) {
         run_case(kind, 5, 288, 8, 1, 1);
         run_case(kind, 5, 288, 8, 0, 1);
