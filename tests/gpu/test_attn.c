@@ -23,7 +23,8 @@
  *
  * --bench: per-phase timing (indexer scoring, selection, attention core) per MLA layer and per token at
  * several context lengths with the release dims on random data, decode (T = 1) and a prefill chunk; for decode
- * also the attention core on each path (tiled, online, two-pass), timed interleaved in the same loop. */
+ * also the attention core on each path (tiled, online, two-pass), for the prefill chunk the tiled f32 path against
+ * the tensor-core path, each timed interleaved in the same loop. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -404,6 +405,39 @@ static void bench_decode_paths(const float *dlat, const float *dqt, const int32_
     for (int k = 0; k < NP; k++) free(t[k]);
 }
 
+/* The attention core of a prefill chunk of T tokens on the f32 tiled path and on the tensor-core path, in a
+ * rotating order within each repetition: median us per token per MLA layer, and the TFLOPS of the two products
+ * (2 x H x kl multiply-adds per valid selected entry, counted from the selection rows). */
+static void bench_prefill_paths(const float *dlat, const float *dqt, const int32_t *dsel, int T, int H, int kl, int width,
+                                int reps, float *S, float *U, cudaEvent_t *ev) {
+    enum { NP = 2 };
+    static const nf_mla_path paths[NP] = {NF_MLA_PATH_TILED, NF_MLA_PATH_TC};
+    int32_t *hsel = nf_xmalloc((size_t)T * width * sizeof(int32_t));
+    CU(cudaMemcpy(hsel, dsel, (size_t)T * width * sizeof(int32_t), cudaMemcpyDeviceToHost));
+    double valid = 0;
+    for (size_t i = 0; i < (size_t)T * width; i++) valid += hsel[i] >= 0;
+    free(hsel);
+    float *t[NP];
+    for (int k = 0; k < NP; k++) t[k] = nf_xmalloc(reps * sizeof(float));
+    for (int r = -1; r < reps; r++) {
+        for (int j = 0; j < NP; j++) {
+            const int k = (r + 1 + j) % NP;
+            CU(cudaEventRecord(ev[0], 0));
+            if (nf_cuda_mla_core_path(paths[k], 0, dlat, dqt, dsel, T, H, kl, width, 1.0f / 16.0f, S, U) < 0)
+                nf_die("%s", nf_error());
+            CU(cudaEventRecord(ev[1], 0));
+            CU(cudaEventSynchronize(ev[1]));
+            if (r >= 0) CU(cudaEventElapsedTime(&t[k][r], ev[0], ev[1]));
+        }
+    }
+    for (int k = 0; k < NP; k++) qsort(t[k], reps, sizeof(float), cmp_float);
+    const double flop = 4.0 * H * kl * valid; /* scores and values: 2 flops per multiply-add each */
+    printf("%9s %5s prefill attention by path, us per token: tiled %.2f (%.1f TFLOPS), tensor cores %.2f (%.1f TFLOPS)\n",
+           "", "", t[0][reps / 2] * 1000.0 / T, flop / (t[0][reps / 2] * 1e-3) / 1e12, t[1][reps / 2] * 1000.0 / T,
+           flop / (t[1][reps / 2] * 1e-3) / 1e12);
+    for (int k = 0; k < NP; k++) free(t[k]);
+}
+
 /* Release dims (spec §1): indexer 32 heads x 128, kpool 4, top-k 2048 tokens (512 pools) + tail; MLA 64 heads,
  * latent 512, 11 MLA layers. Times per MLA layer, medians of `reps` runs; microseconds per token. */
 static void bench(int quick) {
@@ -478,6 +512,7 @@ static void bench(int quick) {
             const double us = 1000.0 / T, a = t_sc[reps / 2] * us, b = t_se[reps / 2] * us, c = t_at[reps / 2] * us;
             printf("%9lld %5d %10.2f %10.2f %10.2f %10.2f %12.1f\n", (long long)ctx, T, a, b, c, a + b + c, (a + b + c) * n_mla);
             if (T == 1) bench_decode_paths(dlat, dqt, dsel, H, kl, width, reps, S, U, ev);
+            else bench_prefill_paths(dlat, dqt, dsel, T, H, kl, width, reps, S, U, ev);
         }
     }
     for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
