@@ -17,6 +17,8 @@
 # GEMM test (~2 min), NF_GEMV_TEST_SMALL=1 `--only gemv` the GEMV test (~1 min).
 #
 #   make build/libnf.a build/nf-convert && scripts/cuemu/build.sh
+#   (CUEMU_CFLAGS=-fsanitize=address BUILD=build/asan scripts/cuemu/build.sh: the kernels' host copies under
+#   AddressSanitizer, which reports a device buffer read past its end, as compute-sanitizer would)
 #   NF_GPU_TEST_FIXTURES_ONLY=1 NF_BUILD=build build/cuemu/nf-gpu-tests-emu --only backend --quick
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,12 +39,12 @@ for f in glob.glob(root + '/src/cuda/*.cu'):
 PY
 inc="-I$here/inc -I$root/src"
 for f in "$out"/gen/*.cpp "$here/cuemu.cpp"; do
-    g++ -O1 -g -std=c++17 -ffp-contract=off $inc -c "$f" -o "$out/$(basename "${f%.cpp}").o"
+    g++ -O1 -g -std=c++17 -ffp-contract=off ${CUEMU_CFLAGS:-} $inc -c "$f" -o "$out/$(basename "${f%.cpp}").o"
 done
 # the bench's read launch (cuda_bench.cu is not emulated; test_gemv.c only calls it with --bench)
 echo 'int nf_cuda_read_launch(const void *p, unsigned long n, unsigned *s, void *st) { (void)p; (void)n; (void)s; (void)st; return -1; }' > "$out/stub.c"
 for f in "$root/tests/gpu/main.c" "$root/tests/gpu/test_backend.c" "$root/tests/gpu/test_gemm.c" "$root/tests/gpu/test_gemv.c" "$root/tests/gpu/test_synth.c" "$root/tests/gpu/test_attn.c" "$root/tests/gpu/test_pipeline.c" "$root/tests/gpu/test_router.c" "$root/tests/gpu/test_kda.c" "$out/stub.c"; do
     gcc -O1 -g -std=c11 -D_GNU_SOURCE $inc -c "$f" -o "$out/$(basename "${f%.c}").o"
 done
-g++ -g "$out"/*.o "$root/build/libnf.a" -lm -lpthread -lpcre2-8 -ljansson -o "$out/nf-gpu-tests-emu"
+g++ -g ${CUEMU_CFLAGS:-} "$out"/*.o "$root/build/libnf.a" -lm -lpthread -lpcre2-8 -ljansson -o "$out/nf-gpu-tests-emu"
 echo "$out/nf-gpu-tests-emu"

@@ -391,9 +391,10 @@ __global__ void __launch_bounds__(256) mla_value_tc_kernel(const float *__restri
         if (!__syncthreads_or(valid)) continue; /* a chunk without a selected row adds nothing */
         const int kw = imin(TC_K, width - s0);
         for (int e = tid; e < TC_T * (TC_K / 4); e += 256) {
-            /* p: head r, slots s0 + 4 j4 .. + 3 (the row is lds >= width floats; entries past width are not p) */
+            /* p: head r, slots s0 + j .. + 3: loaded only when j < kw, so the float4 ends within the row (lds is width
+             * rounded up to 4, s0 and j are multiples of 4); entries past width are not p: zeroed */
             const int r = e / (TC_K / 4), j = 4 * (e % (TC_K / 4));
-            float4 v = h0 + r < H ? *(const float4 *)(pt + (int64_t)r * lds + s0 + j) : zero;
+            float4 v = h0 + r < H && j < kw ? *(const float4 *)(pt + (int64_t)r * lds + s0 + j) : zero;
             if (j + 0 >= kw) v.x = 0.0f;
             if (j + 1 >= kw) v.y = 0.0f;
             if (j + 2 >= kw) v.z = 0.0f;
