@@ -204,3 +204,48 @@ Test(forward_state, results_do_not_depend_on_thread_count) {
     free(a);
     free(b);
 }
+
+/* The forward's use of the optional fused block hc_post_pre_norm (backend.h): a table whose fused block runs the
+ * CPU's own hc_post, hc_pre and rmsnorm must give the plain table's logits bit for bit, called once between every
+ * two sites in order (layer 0's FFN site first; the last layer's hc_post stays a call of its own). */
+static nf_backend *fused_inner;
+static int fused_calls, fused_bad_order, fused_next_il, fused_next_site;
+static int fused_hc_post_pre_norm(nf_backend *fb, float *X, const float *y, int il, int site, int T, const nf_tensor *w,
+                                  float *x, float *mix) {
+    (void)fb;
+    fused_calls++;
+    fused_bad_order += il != fused_next_il || site != fused_next_site;
+    fused_next_il = site == 1 ? il + 1 : il;
+    fused_next_site = !site;
+    nf_backend *b = fused_inner;
+    const size_t nx = (size_t)T * model->hp.n_embd * sizeof(float);
+    float *h = b->alloc(b, nx);
+    const int rc = !h || b->hc_post(b, X, y, mix, T) < 0 || b->hc_pre(b, il, site, X, T, h, mix) < 0 ||
+                   b->rmsnorm(b, w, h, T, x) < 0 ? -1 : 0;
+    if (h) b->release(b, h);
+    return rc;
+}
+
+Test(forward_state, fused_hc_post_pre_norm_is_used_between_sites) {
+    const int V = model->hp.n_vocab, L = model->hp.n_layer;
+    float *a = malloc(sizeof(float) * N * V), *b = malloc(sizeof(float) * N * V);
+    nf_backend fused = *be; /* the same implementation, one optional block more */
+    fused_inner = be;
+    fused.hc_post_pre_norm = fused_hc_post_pre_norm;
+    nf_state *st = nf_state_create(&model->hp, N);
+    cr_assert_eq(nf_prefill(be, st, toks, N, 11, a, 1, NULL), 0, "%s", nf_error());
+    nf_state_reset(st);
+    fused_calls = fused_bad_order = 0;
+    int forwards = 0;
+    for (int t0 = 0; t0 < N; t0 += 11, forwards++) {
+        fused_next_il = 0, fused_next_site = 1;
+        const int n = N - t0 < 11 ? N - t0 : 11;
+        cr_assert_eq(nf_prefill(&fused, st, toks + t0, n, 0, b + (size_t)t0 * V, 1, NULL), 0, "%s", nf_error());
+    }
+    cr_assert_eq(fused_calls, forwards * (2 * L - 1), "%d fused calls for %d forwards of %d layers", fused_calls, forwards, L);
+    cr_assert_eq(fused_bad_order, 0, "fused calls out of site order");
+    cr_assert(memcmp(a, b, sizeof(float) * N * V) == 0, "the fused block's forward differs from the plain one");
+    nf_state_free(st);
+    free(a);
+    free(b);
+}
