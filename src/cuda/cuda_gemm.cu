@@ -572,13 +572,17 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
 }
 
 /* ---- the backend's entry (cuda_internal.h) ---- */
+int nf_cuda_gemm_mode(void) {
+    /* read per call, not once, so a test can switch it between runs */
+    const char *e = getenv("NF_CUDA_GEMM");
+    return e && !strcmp(e, "off") ? 0 : e && !strcmp(e, "f32") ? 2 : 1;
+}
+
 int nf_cuda_gemm_try(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t ldx, int xdiv, int smod,
                      const int32_t *ids, float *y, int64_t ldy, int nvec) {
     const int per_matrix = ids || smod <= 1 ? nvec : nvec / smod;
-    if (per_matrix < NF_CUDA_GEMM_MIN_VECTORS) return 1;
-    /* read here, not once, so a test can switch it between runs; decode-sized products return above */
-    const char *e = getenv("NF_CUDA_GEMM");
-    const int mode = e && !strcmp(e, "off") ? 0 : e && !strcmp(e, "f32") ? 2 : 1;
+    if (per_matrix < NF_CUDA_GEMM_MIN_VECTORS) return 1; /* decode-sized products never read the mode */
+    const int mode = nf_cuda_gemm_mode();
     if (!mode) return 1;
     const nf_gemm_weights gw = {w->w, w->type, w->n, w->rows, w->nmat, w->row_bytes, w->slice_bytes};
     return nf_cuda_gemm(&gw, x, ldx, xdiv, smod, ids, y, ldy, nvec, mode == 2 ? NF_GEMM_F32 : NF_GEMM_AUTO,

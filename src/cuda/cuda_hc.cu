@@ -218,6 +218,20 @@ __device__ void collapse_norm_row4(const float *m, const float *base, const floa
                                          __fmul_rn(nw.z, __fmul_rn(h.z, r)), __fmul_rn(nw.w, __fmul_rn(h.w, r)));
 }
 
+/* stream j's updated value at one element: post[j] y + sum_i comb[i][j] x_i, the products added in stream order
+ * from 0.0f, then the post term: the one definition for hc_post_kernel and the split projection's fold, which
+ * must give the same bits. HC > 0: the stream count known at compile time */
+template <int HC>
+__device__ __forceinline__ float hc_post_value(const float *post, const float *comb, int hc_rt, int j, float yv,
+                                               const float *xi) {
+    const int hc = HC > 0 ? HC : hc_rt;
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (HC > 0 ? HC : HC_MAX); i++)
+        if (HC > 0 || i < hc) s = __fadd_rn(s, __fmul_rn(comb[i * hc + j], xi[i]));
+    return __fadd_rn(__fmul_rn(post[j], yv), s);
+}
+
 /* ---- the split projection (decode) ----
  * The norm has no weight, so the projection of the normalised streams is r * (W x), r = 1 / rms(x): each CTA s forms,
  * for token t = blockIdx.y, the dot products of its slice of the flattened row with the nm rows (one warp per up to
@@ -263,17 +277,10 @@ __global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *
                                 __shfl_sync(0xffffffffu, x.z, from), __shfl_sync(0xffffffffu, x.w, from));
         }
         const float4 yv = *(const float4 *)(y + (size_t)t * n + e);
-        const float pj = post[j], c0 = comb[j], c1 = comb[4 + j], c2 = comb[8 + j], c3 = comb[12 + j];
-        auto upd = [&](float yy, float a0, float a1, float a2, float a3) {
-            float m = 0.0f;
-            m = __fadd_rn(m, __fmul_rn(c0, a0));
-            m = __fadd_rn(m, __fmul_rn(c1, a1));
-            m = __fadd_rn(m, __fmul_rn(c2, a2));
-            m = __fadd_rn(m, __fmul_rn(c3, a3));
-            return __fadd_rn(__fmul_rn(pj, yy), m);
-        };
-        x = make_float4(upd(yv.x, xi[0].x, xi[1].x, xi[2].x, xi[3].x), upd(yv.y, xi[0].y, xi[1].y, xi[2].y, xi[3].y),
-                        upd(yv.z, xi[0].z, xi[1].z, xi[2].z, xi[3].z), upd(yv.w, xi[0].w, xi[1].w, xi[2].w, xi[3].w));
+        const float vx[4] = {xi[0].x, xi[1].x, xi[2].x, xi[3].x}, vy[4] = {xi[0].y, xi[1].y, xi[2].y, xi[3].y},
+                    vz[4] = {xi[0].z, xi[1].z, xi[2].z, xi[3].z}, vw[4] = {xi[0].w, xi[1].w, xi[2].w, xi[3].w};
+        x = make_float4(hc_post_value<4>(post, comb, 4, j, yv.x, vx), hc_post_value<4>(post, comb, 4, j, yv.y, vy),
+                        hc_post_value<4>(post, comb, 4, j, yv.z, vz), hc_post_value<4>(post, comb, 4, j, yv.w, vw));
         __syncthreads(); /* every warp has read the old streams before warp 0 overwrites them */
         if (warp == 0) *(float4 *)(xt + k) = x;
     }
@@ -396,6 +403,18 @@ static int hc_proj_prefill(nf_cuda *c, const nf_cuda_mat &w, const float *X, int
  * version that loaded them one after the other, with the sum of squares in a phase of its own, at +6 us per site)
  * and lane 0 adds them in a fixed order. */
 #define HCP_MAX_SLICES 128
+/* the sum over slices i < S of p[i * stride] by one warp: lane l loads slices l, l + 32, ... together, adds them
+ * in that order, then the xor butterfly (only additions of loaded values: nothing for the compiler to fuse) */
+template <typename V> __device__ __forceinline__ V slice_sum(const V *p, int stride, int S, int lane) {
+    V v[HCP_MAX_SLICES / 32];
+#pragma unroll
+    for (int u = 0; u < HCP_MAX_SLICES / 32; u++) v[u] = lane + 32 * u < S ? p[(size_t)(lane + 32 * u) * stride] : V(0);
+    V a = v[0];
+#pragma unroll
+    for (int u = 1; u < HCP_MAX_SLICES / 32; u++) a += v[u];
+    for (int o = 16; o >= 1; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    return a;
+}
 __device__ void hc_reduce_parts(const float *part, const double *ssq, int S, int nm, int64_t flat, float eps,
                                 float *mmv) {
     __shared__ float raw[(2 + HC_MAX) * HC_MAX];
@@ -403,23 +422,10 @@ __device__ void hc_reduce_parts(const float *part, const double *ssq, int S, int
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, nw = (int)blockDim.x >> 5;
     for (int j = warp; j <= nm; j += nw) {
         if (j == nm) {
-            double v[HCP_MAX_SLICES / 32];
-#pragma unroll
-            for (int u = 0; u < HCP_MAX_SLICES / 32; u++) v[u] = lane + 32 * u < S ? ssq[lane + 32 * u] : 0.0;
-            double q = v[0];
-#pragma unroll
-            for (int u = 1; u < HCP_MAX_SLICES / 32; u++) q += v[u];
-            for (int o = 16; o >= 1; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
+            const double q = slice_sum(ssq, 1, S, lane);
             if (lane == 0) q_sh = q;
         } else {
-            float v[HCP_MAX_SLICES / 32];
-#pragma unroll
-            for (int u = 0; u < HCP_MAX_SLICES / 32; u++)
-                v[u] = lane + 32 * u < S ? part[(size_t)(lane + 32 * u) * nm + j] : 0.0f;
-            float a = v[0];
-#pragma unroll
-            for (int u = 1; u < HCP_MAX_SLICES / 32; u++) a = __fadd_rn(a, v[u]);
-            for (int o = 16; o >= 1; o >>= 1) a = __fadd_rn(a, __shfl_xor_sync(0xffffffffu, a, o));
+            const float a = slice_sum(part + j, nm, S, lane);
             if (lane == 0) raw[j] = a;
         }
     }
@@ -671,11 +677,7 @@ __global__ void hc_post_kernel(float *X, const float *y, const float *mix, int T
 #pragma unroll
         for (int j = 0; j < (HC > 0 ? HC : HC_MAX); j++) {
             if (HC == 0 && j >= hc) break;
-            float s = 0.0f;
-#pragma unroll
-            for (int i = 0; i < (HC > 0 ? HC : HC_MAX); i++)
-                if (HC > 0 || i < hc) s = __fadd_rn(s, __fmul_rn(comb[i * hc + j], xi[i]));
-            x[(size_t)j * n + e] = __fadd_rn(__fmul_rn(post[j], yv), s);
+            x[(size_t)j * n + e] = hc_post_value<HC>(post, comb, hc, j, yv, xi);
         }
     }
 }

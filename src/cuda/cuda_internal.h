@@ -216,6 +216,9 @@ static inline int nf_cuda_matmul(nf_cuda *c, const nf_cuda_mat *w, const float *
  * NF_CUDA_GEMM=f32 runs every format on the GEMM's f32 path (diagnostics; read at each such product). */
 int nf_cuda_gemm_try(nf_cuda *c, const nf_cuda_mat *w, const float *x, int64_t ldx, int xdiv, int smod,
                      const int32_t *ids, float *y, int64_t ldy, int nvec);
+/* the prefill products' mode from NF_CUDA_GEMM, read at each call: 0 off (the per-vector kernel), 2 f32 (the GEMM's
+ * f32 path), 1 otherwise (the default: bf16 tensor cores); the MLA core follows it too (nf_cuda_mla_tc_wanted) */
+int nf_cuda_gemm_mode(void);
 /* X[t][s][:] = row tokens[t] of W (dequantized) for every stream s < copies; tokens on the device. */
 int nf_cuda_embed_rows(nf_cuda *c, const nf_cuda_mat *w, const int32_t *tokens, int T, int copies, float *X);
 

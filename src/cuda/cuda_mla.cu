@@ -101,6 +101,18 @@ __device__ __forceinline__ void tile_fma(float (&acc)[MI][MJ], const float (*A)[
     }
 }
 
+/* pos[j] = row[s0 + j] for j < n (-1 past width), by the block's threads; true when any is a selected entry (a
+ * block barrier: every thread calls it, and a chunk or tile without one can be skipped by the whole block) */
+__device__ __forceinline__ bool stage_positions(int32_t *pos, const int32_t *row, int s0, int width, int n) {
+    int valid = 0;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+        const int32_t p = s0 + j < width ? row[s0 + j] : -1;
+        pos[j] = p;
+        valid |= p >= 0;
+    }
+    return __syncthreads_or(valid);
+}
+
 /* CTA = (slot tile, token, head tile); threads 16 x 16, thread = MH heads x MS slots */
 template <int MH, int MS>
 __global__ void __launch_bounds__(256) mla_score_kernel(const float *__restrict__ latent, const float *__restrict__ qt,
@@ -114,13 +126,7 @@ __global__ void __launch_bounds__(256) mla_score_kernel(const float *__restrict_
     const int t = blockIdx.y, s0 = blockIdx.x * ST, h0 = blockIdx.z * HT;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int32_t *row = sel + (int64_t)t * width;
-    int valid = 0;
-    for (int j = tid; j < ST; j += 256) {
-        const int32_t p = s0 + j < width ? row[s0 + j] : -1;
-        pos[j] = p;
-        valid |= p >= 0;
-    }
-    if (!__syncthreads_or(valid)) return;
+    if (!stage_positions(pos, row, s0, width, ST)) return;
     float acc[MH][MS];
 #pragma unroll
     for (int i = 0; i < MH; i++)
@@ -243,13 +249,7 @@ __global__ void __launch_bounds__(256) mla_value_kernel(const float *__restrict_
 #pragma unroll
         for (int j = 0; j < MC; j++) acc[i][j] = 0.0f;
     for (int s0 = 0; s0 < width; s0 += MV_K) {
-        int valid = 0;
-        if (tid < MV_K) {
-            const int32_t p = s0 + tid < width ? row[s0 + tid] : -1;
-            pos[tid] = p;
-            valid = p >= 0;
-        }
-        if (!__syncthreads_or(valid)) continue; /* a chunk without a selected row adds nothing */
+        if (!stage_positions(pos, row, s0, width, MV_K)) continue; /* a chunk without a selected row adds nothing */
         const int kw = imin(MV_K, width - s0);
         for (int e = tid; e < HT * MV_K; e += 256) {
             const int r = e % HT, j = e / HT;
@@ -339,13 +339,7 @@ __global__ void __launch_bounds__(256) mla_score_tc_kernel(const float *__restri
     const int t = blockIdx.y, s0 = blockIdx.x * TC_T, h0 = blockIdx.z * TC_T;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 3, wn = warp >> 2;
     const int32_t *row = sel + (int64_t)t * width;
-    int valid = 0;
-    if (tid < TC_T) {
-        const int32_t p = s0 + tid < width ? row[s0 + tid] : -1;
-        pos[tid] = p;
-        valid = p >= 0;
-    }
-    if (!__syncthreads_or(valid)) return;
+    if (!stage_positions(pos, row, s0, width, TC_T)) return;
     float acc[4][4] = {};
     const float *q = qt + ((int64_t)t * H + h0) * kl;
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -382,13 +376,7 @@ __global__ void __launch_bounds__(256) mla_value_tc_kernel(const float *__restri
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     float acc[4][4] = {};
     for (int s0 = 0; s0 < width; s0 += TC_K) {
-        int valid = 0;
-        if (tid < TC_K) {
-            const int32_t p = s0 + tid < width ? row[s0 + tid] : -1;
-            pos[tid] = p;
-            valid = p >= 0;
-        }
-        if (!__syncthreads_or(valid)) continue; /* a chunk without a selected row adds nothing */
+        if (!stage_positions(pos, row, s0, width, TC_K)) continue; /* a chunk without a selected row adds nothing */
         const int kw = imin(TC_K, width - s0);
         for (int e = tid; e < TC_T * (TC_K / 4); e += 256) {
             /* p: head r, slots s0 + j .. + 3: loaded only when j < kw, so the float4 ends within the row (lds is width
@@ -429,9 +417,7 @@ static bool tc_enabled(void) {
 }
 
 extern "C" int nf_cuda_mla_tc_wanted(int T) {
-    if (T < NF_CUDA_GEMM_MIN_VECTORS || !tc_enabled()) return 0;
-    const char *e = getenv("NF_CUDA_GEMM"); /* read per call, as nf_cuda_gemm_try: a test switches it between runs */
-    return !(e && (!strcmp(e, "off") || !strcmp(e, "f32")));
+    return T >= NF_CUDA_GEMM_MIN_VECTORS && tc_enabled() && nf_cuda_gemm_mode() == 1;
 }
 
 static bool split_enabled(void) {

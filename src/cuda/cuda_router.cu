@@ -58,15 +58,14 @@ __global__ void router_kernel(const float *logit, const float *bias, int E, int 
         for (int q = 0; q < 32; q++) wr += __shfl_sync(0xffffffffu, mine, q) > mine;
         if (e < E && wr < k) cand[warp * k + wr] = mine;
         __syncthreads();
+        /* warp w's candidates: its experts, at most k */
+        auto kept = [&](int w) { const int m = E - 32 * w < 32 ? E - 32 * w : 32; return m < k ? m : k; };
         const int c = threadIdx.x, cw = c / k, cr = c % k;
-        const int in_warp = cw < nwarps ? (E - 32 * cw < 32 ? E - 32 * cw : 32) : 0;
-        if (cr < in_warp) {
+        if (cw < nwarps && cr < kept(cw)) {
             const unsigned long long my = cand[c];
             int rank = 0;
-            for (int w = 0; w < nwarps; w++) {
-                const int m = E - 32 * w < 32 ? E - 32 * w : 32, n = m < k ? m : k;
-                for (int r = 0; r < n; r++) rank += cand[w * k + r] > my;
-            }
+            for (int w = 0; w < nwarps; w++)
+                for (int r = 0; r < kept(w); r++) rank += cand[w * k + r] > my;
             if (rank < k) sel[rank] = (int32_t)(0xFFFFFFFFu - (unsigned int)my);
         }
     } else {
