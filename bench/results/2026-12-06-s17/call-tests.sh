@@ -1,4 +1,4 @@
-# session 17, the lean fallback of call1.sh when little device time is left: on 88e7030 (PORTABLE build, carried)
+# session 17, the lean fallback of call1.sh when little device time is left: on 464aa9a (PORTABLE build, carried)
 # only the GPU tests of the four opt-in changes (backend fixtures + tiny synth with all four on, the router with the
 # narrowing, the attention core's tensor-core path), within CAP seconds.
 set -x

@@ -1,4 +1,4 @@
-# session 17, device call 1 (H200 wanted; adapts to an H100), on 88e7030 (PORTABLE build, carried), in order of
+# session 17, device call 1 (H200 wanted; adapts to an H100), on 464aa9a (PORTABLE build, carried), in order of
 # priority with time guards (one call of <= CAP s, default 450: device time is short):
 # 1. the backend GPU tests against the CPU with the split hc projection on (NF_CUDA_HC_SPLIT=on: opt-in; its
 #    one-round-trip reduction, 0ec53c4, and the hc_post fold, 365a478, have only run in the emulation), the
