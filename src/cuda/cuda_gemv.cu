@@ -563,6 +563,7 @@ struct gemv_params {
     int64_t ldx, ldy;
     const int32_t *ids;
     int ids_settled;         /* see nf_gemv_job */
+    int wait_first;          /* NF_CUDA_GEMV_EARLY=off: wait for the predecessor before any copy (A/B) */
     int xdiv, smod, nvec;
     int units, tpr, wpr;     /* units per row, threads per row group (a multiple of 32), its warps */
     int batch_rows;          /* G * R */
@@ -618,7 +619,6 @@ template <int R> __device__ __forceinline__ float warp_rows(float (&a)[R], int l
 
 template <int TY, int R>
 __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_params p) {
-    NF_PDL_ENTER();
     extern __shared__ float sh[];
     uint8_t *tab = (uint8_t *)sh;
     uint8_t *stage = tab + table_bytes(TY);
@@ -629,7 +629,7 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
      * the router ran two or more launches earlier (ids_settled: it has completed, the ids are read through L2);
      * the others read only weights until the wait below, and the first stages of their copies overlap the
      * kernels before them */
-    const bool early = !p.ids || p.ids_settled;
+    const bool early = (!p.ids || p.ids_settled) && !p.wait_first;
     if (!early) nf_pdl_wait();
     const int slice = p.ids ? (p.ids_settled ? __ldcg(p.ids + v) : p.ids[v]) : v % p.smod;
     const uint8_t *W = p.w[mat] + (size_t)slice * p.slice_bytes;
@@ -895,6 +895,13 @@ static int getenv_stage_x(void) {
 static int getenv_xring(void) {
     static int cache = -1;
     return nf_cuda_env_switch(&cache, "NF_GEMV_XRING", "off");
+}
+/* NF_CUDA_GEMV_EARLY=off: every streaming GEMV waits for its predecessor before its first weight copy. From
+ * c909661 (session 4) to session 18 the kernel began with NF_PDL_ENTER(), a wait, so the copies the comments
+ * describe as overlapping the kernels before never did; the switch keeps that order for the A/B. */
+static int getenv_early(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_GEMV_EARLY", "off");
 }
 /* NF_GEMV_PLAN=1 prints each distinct job shape's plan once to stderr (tuning runs) */
 static int getenv_plan_log(void) {
@@ -1193,6 +1200,7 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     p.ldy = j->ldy;
     p.ids = j->ids;
     p.ids_settled = j->ids && j->ids_settled;
+    p.wait_first = !getenv_early();
     p.xdiv = j->xdiv > 1 ? j->xdiv : 1;
     p.smod = j->smod > 1 ? j->smod : 1;
     p.nvec = j->nvec;

@@ -1,12 +1,14 @@
-# session 17, device call 1 (H200 wanted; adapts to an H100), on 464aa9a (PORTABLE build, carried), in order of
+# session 17, device call 1 (H200 wanted; adapts to an H100), on the session-18 HEAD (PORTABLE build, carried), in order of
 # priority with time guards (one call of <= CAP s, default 450: device time is short):
 # 1. the backend GPU tests against the CPU with the split hc projection on (NF_CUDA_HC_SPLIT=on: opt-in; its
 #    one-round-trip reduction, 0ec53c4, and the hc_post fold, 365a478, have only run in the emulation), the
 #    router test (narrowed count, 27a5b7f), the attention test and its quick bench (the MLA core's tensor-core path
 #    against the f32 tiled one on a 256-token prefill chunk, interleaved), compute-sanitizer
 #    memcheck on the fixtures' backend tests;
-# 2. decode alternating three arms: new (split + fold on, narrowed router), splitoff (NF_CUDA_HC_SPLIT=off, the
-#    default), narrowoff (split on, the full router count); one process each; also issue 7's decode at 2048
+# 2. decode alternating four arms: new (split + fold on, narrowed router), late (new with NF_CUDA_GEMV_EARLY=off:
+#    the GEMV waits for its predecessor before its first weight copy, as it did by mistake from c909661 to session
+#    18), splitoff (NF_CUDA_HC_SPLIT=off, the default), narrowoff (split on, the full router count); one process
+#    each; also issue 7's decode at 2048
 #    (all four changes are opt-in: NF_CUDA_HC_SPLIT, NF_CUDA_ROUTER_NARROW, NF_CUDA_HC_PROJ_PREFILL, NF_CUDA_MLA_TC=on);
 # 3. prefill A/B, three arms alternating (8192 tokens at the backend's chunk): new (the one-pass hc projection of
 #    371ee54 and the bf16 tensor-core MLA core of 6ee9389), hcoff (without the projection), tcoff (without the core);
@@ -28,8 +30,8 @@ NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on NF_CUDA_HC_PROJ_PREFILL=on NF_CUDA_
 save
 S="--backend cuda --synthetic $M"
 BB="$S --frontiers 2048 --gen 32 --chunk 2048 --warmup 16"
-arm() { case $1 in new) echo "NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on";; splitoff) echo "NF_CUDA_ROUTER_NARROW=on";; narrowoff) echo "NF_CUDA_HC_SPLIT=on";; esac; }
-i=0; for m in new splitoff narrowoff narrowoff splitoff new new splitoff narrowoff; do i=$((i+1)); [ $SECONDS -lt $((CAP - 110)) ] && env $(arm $m) timeout 45 $C/nf-bench $BB > $R/alt-$i-$m.csv 2>$R/alt-$i-$m.err; done
+arm() { case $1 in new) echo "NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on";; late) echo "NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on NF_CUDA_GEMV_EARLY=off";; splitoff) echo "NF_CUDA_ROUTER_NARROW=on";; narrowoff) echo "NF_CUDA_HC_SPLIT=on";; esac; }
+i=0; for m in new late splitoff narrowoff narrowoff splitoff late new new late; do i=$((i+1)); [ $SECONDS -lt $((CAP - 110)) ] && env $(arm $m) timeout 45 $C/nf-bench $BB > $R/alt-$i-$m.csv 2>$R/alt-$i-$m.err; done
 save
 parm() { case $1 in new) echo "NF_CUDA_HC_PROJ_PREFILL=on NF_CUDA_MLA_TC=on";; hcoff) echo "NF_CUDA_MLA_TC=on";; tcoff) echo "NF_CUDA_HC_PROJ_PREFILL=on";; esac; }
 i=0; for m in new hcoff tcoff tcoff hcoff new new hcoff tcoff; do i=$((i+1)); [ $SECONDS -lt $((CAP - 35)) ] && env $(parm $m) timeout 45 $C/nf-bench $S --frontiers 8192 --gen 1 --warmup 2 > $R/pp-$i-$m.csv 2>$R/pp-$i-$m.err; done
