@@ -617,14 +617,15 @@ template <int R> __device__ __forceinline__ float warp_rows(float (&a)[R], int l
     return a[0];
 }
 
+/* The CTA's share of a job: problem `prob`, batches b0, b0 + bstep, ... (gemv_stream: blockIdx.y, blockIdx.x,
+ * gridDim.x; gemv_pair: its part's numbering). smem: the dynamic shared memory. */
 template <int TY, int R>
-__global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_params p) {
-    extern __shared__ float sh[];
-    uint8_t *tab = (uint8_t *)sh;
+__device__ __forceinline__ void stream_job(const gemv_params &p, uint8_t *smem, int prob, int64_t b0, int64_t bstep) {
+    uint8_t *tab = smem;
     uint8_t *stage = tab + table_bytes(TY);
     float *red = (float *)(stage + p.ring_bytes); /* [warps][R] */
     const int tid = threadIdx.x, nthreads = blockDim.x, lane = tid & 31, warp = tid >> 5;
-    const int prob = blockIdx.y, mat = prob / p.nvec, v = prob % p.nvec;
+    const int mat = prob / p.nvec, v = prob % p.nvec;
     /* PDL (cuda_launch.h): the routed experts' ids come from the router kernel, so those jobs wait first unless
      * the router ran two or more launches earlier (ids_settled: it has completed, the ids are read through L2);
      * the others read only weights until the wait below, and the first stages of their copies overlap the
@@ -647,7 +648,6 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
         }
         __pipeline_commit();
     };
-    const int64_t b0 = blockIdx.x, bstep = gridDim.x;
     const int nst = p.nst;
     for (int i = 0; i < nst - 1; i++) issue(b0 + i * bstep, i);
 
@@ -733,6 +733,31 @@ __global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_param
         }
     }
     __pipeline_wait_prior(0);
+}
+
+template <int TY, int R>
+__global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_stream(const gemv_params p) {
+    extern __shared__ float sh[];
+    stream_job<TY, R>(p, (uint8_t *)sh, (int)blockIdx.y, blockIdx.x, gridDim.x);
+}
+
+/* Two jobs in one launch (nf_cuda_gemv_run_pair), of formats TA and TB: `total` CTAs of which nb run job b,
+ * spread evenly over the grid (CTA i is b's when floor((i + 1) nb / total) > floor(i nb / total), so the block
+ * scheduler puts CTAs of both kinds on every SM: a 2-bit job that is bound by its decode instructions and a Q8_0
+ * job that is bound by its loads overlap there). Each job's problems get per_a (per_b) CTAs each, numbered as
+ * gemv_stream's grid would number them, so every row has the bits of the job's own launch. */
+struct pair_grid {
+    int64_t total, nb;
+    int per_a, per_b;
+};
+template <int TA, int RA, int TB, int RB>
+__global__ void __launch_bounds__(GEMV_MAX_THREADS) gemv_pair(const gemv_params a, const gemv_params b, const pair_grid g) {
+    extern __shared__ float sh[];
+    const int64_t i = blockIdx.x, before = i * g.nb / g.total; /* b's CTAs before this one */
+    if ((i + 1) * g.nb / g.total > before)
+        stream_job<TB, RB>(b, (uint8_t *)sh, (int)(before / g.per_b), before % g.per_b, g.per_b);
+    else
+        stream_job<TA, RA>(a, (uint8_t *)sh, (int)((i - before) / g.per_a), (i - before) % g.per_a, g.per_a);
 }
 
 /* ---- the plain kernel: one warp per row, any shape the format allows ---- */
@@ -868,6 +893,22 @@ static const stream_kernels k_stream[] = {KSET(NF_TYPE_F32),  KSET(NF_TYPE_F16),
                                           KSET(NF_TYPE_Q2_K), KSET(NF_TYPE_IQ2_XXS)};
 #define N_STREAM ((int)(sizeof k_stream / sizeof k_stream[0]))
 
+static long g_pair_bshare = 0; /* NF_GEMV_PAIR_BSHARE, read by nf_cuda_gemv_init */
+
+typedef void (*pair_fn)(const gemv_params, const gemv_params, const pair_grid);
+/* R of either job in a pair: 1, 2 or 4 (a pair's plans are capped at 4 rows) */
+#define PAIR_R(TA, TB, RA) {gemv_pair<TA, RA, TB, 1>, gemv_pair<TA, RA, TB, 2>, gemv_pair<TA, RA, TB, 4>}
+#define PSET(TA, TB) {TA, TB, {PAIR_R(TA, TB, 1), PAIR_R(TA, TB, 2), PAIR_R(TA, TB, 4)}}
+struct pair_kernels {
+    uint32_t ta, tb;
+    pair_fn k[3][3]; /* [log2 RA][log2 RB] */
+};
+/* the MoE's pairs (a: routed experts, b: the shared expert) of the q2, q4 and q8 recipes */
+static const pair_kernels k_pair[] = {PSET(NF_TYPE_IQ2_XXS, NF_TYPE_Q8_0), PSET(NF_TYPE_Q2_K, NF_TYPE_Q8_0),
+                                      PSET(NF_TYPE_Q4_K, NF_TYPE_Q8_0), PSET(NF_TYPE_Q8_0, NF_TYPE_Q8_0)};
+#define N_PAIR ((int)(sizeof k_pair / sizeof k_pair[0]))
+#define PAIR_RMAX 4
+
 static int g_sms = 0, g_smem_optin = 0; /* set by nf_cuda_gemv_init */
 /* Plan overrides for tuning runs on the GPU (read by nf_cuda_gemv_init; 0 = the built-in choice):
  * NF_GEMV_FLIGHT bytes in flight per SM (4096 .. 1048576), NF_GEMV_CTA threads per CTA (64 .. 512, a multiple
@@ -936,10 +977,18 @@ extern "C" int nf_cuda_gemv_init(void) {
                 e = cudaFuncSetAttribute(k_stream[i].k[r], cudaFuncAttributePreferredSharedMemoryCarveout,
                                          cudaSharedmemCarveoutMaxShared);
         }
+    for (int i = 0; i < N_PAIR && e == cudaSuccess; i++)
+        for (int ra = 0; ra < 3 && e == cudaSuccess; ra++)
+            for (int rb = 0; rb < 3 && e == cudaSuccess; rb++) {
+                e = cudaFuncSetAttribute(k_pair[i].k[ra][rb], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+                if (e == cudaSuccess)
+                    e = cudaFuncSetAttribute(k_pair[i].k[ra][rb], cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             cudaSharedmemCarveoutMaxShared);
+            }
     g_smem_optin = smem_max;
     long cta = 0, rmax = 0;
     if (env_int("NF_GEMV_FLIGHT", 4096, 1048576, &g_flight_goal) < 0 || env_int("NF_GEMV_CTA", 64, GEMV_MAX_THREADS, &cta) < 0 ||
-        env_int("NF_GEMV_RMAX", 1, 8, &rmax) < 0)
+        env_int("NF_GEMV_RMAX", 1, 8, &rmax) < 0 || env_int("NF_GEMV_PAIR_BSHARE", 1, 99, &g_pair_bshare) < 0)
         return -1;
     if (cta % 32 || (rmax & (rmax - 1))) return nf_fail("cuda gemv: NF_GEMV_CTA must be a multiple of 32, NF_GEMV_RMAX 1, 2, 4 or 8");
     g_cta_override = (int)cta;
@@ -988,7 +1037,7 @@ static_assert((GEMV_MAX_THREADS / 32) * 8 * sizeof(float) >= 32 * sizeof(double)
 static size_t stream_smem(uint32_t type, int nst, size_t stage, size_t xbytes) {
     return (size_t)table_bytes(type) + stream_ring(nst, stage, xbytes) + (GEMV_MAX_THREADS / 32) * 8 * sizeof(float);
 }
-static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
+static int plan_stream(const nf_gemv_job *j, stream_plan *pl, int rcap = 8) {
     const stream_kernels *ks = kernels_of(j->type);
     const size_t rb = nf_row_bytes(j->type, j->cols);
     if (!ks || rb == 0 || j->cols % ks->cols) return 0;
@@ -1008,6 +1057,7 @@ static int plan_stream(const nf_gemv_job *j, stream_plan *pl) {
      * extended to its length: the plan counts those bytes, so a long row never falls back to global reads */
     pl->xbytes = ks->stages_x && getenv_stage_x() && getenv_xring() ? (size_t)j->cols * sizeof(float) : 0;
     int rmax = g_rmax_override ? g_rmax_override : 8;
+    if (rmax > rcap) rmax = rcap;
     while (rmax > 1 && job_batches(j, pl->G * rmax) < 2 * sms) rmax /= 2;
     static struct {
         uint32_t type;
@@ -1156,12 +1206,13 @@ extern "C" nf_gemv_job nf_cuda_gemv_one_of(const nf_gemv_job *flat, int m) {
     return one;
 }
 
-extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
+/* The checks every job passes: 0 to run it, 1 when it has nothing to do, -1 (nf_error) when it is malformed. */
+static int job_check(const nf_gemv_job *j) {
     const stream_kernels *ks = kernels_of(j->type);
     const nf_type_info *ti = nf_type_get(j->type);
     if (!ks) return nf_fail("cuda gemv: type %s unsupported", ti->name ? ti->name : "?");
     if (j->cols <= 0 || j->cols % ti->block_size) return nf_fail("cuda gemv: row length %lld does not fit %s", (long long)j->cols, ti->name);
-    if (j->nvec <= 0 || (j->rows <= 0 && !is_flat(j))) return 0;
+    if (j->nvec <= 0 || (j->rows <= 0 && !is_flat(j))) return 1;
     const int nmat = job_mats(j);
     if (!nmat || !j->x) return nf_fail("cuda gemv: missing pointer");
     /* the swizzled staging holds one activation row per launch position: no per-matrix rows with it */
@@ -1175,6 +1226,80 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
             return nf_fail("cuda gemv: matrices of different heights take one vector and no ids, xm, xup or xnorm");
         for (int m = 0; m < nmat; m++)
             if (j->mrows[m] <= 0) return nf_fail("cuda gemv: matrix %d of a flat job has %lld rows", m, (long long)j->mrows[m]);
+    }
+    return 0;
+}
+
+/* the kernel arguments of a job that do not depend on the kernel */
+static void job_params(const nf_gemv_job *j, gemv_params *p) {
+    const int nmat = job_mats(j);
+    memset(p, 0, sizeof *p);
+    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++) {
+        p->w[m] = (const uint8_t *)j->w[m < nmat ? m : 0];
+        p->y[m] = j->y[m < nmat ? m : 0];
+        p->x[m] = m < nmat && j->xm[m] ? j->xm[m] : j->x;
+    }
+    p->xup = j->xup;
+    p->act_limit = j->act_limit;
+    p->row_bytes = nf_row_bytes(j->type, j->cols);
+    p->slice_bytes = j->slice_bytes;
+    p->rows = j->rows;
+    p->ldx = j->ldx;
+    p->ldy = j->ldy;
+    p->ids = j->ids;
+    p->ids_settled = j->ids && j->ids_settled;
+    p->wait_first = !getenv_early();
+    p->xdiv = j->xdiv > 1 ? j->xdiv : 1;
+    p->smod = j->smod > 1 ? j->smod : 1;
+    p->nvec = j->nvec;
+}
+
+/* the streaming kernel's arguments of a job under plan pl; -1 (nf_error) when a fused operation of the job
+ * does not fit the plan */
+static int stream_params(const nf_gemv_job *j, const stream_plan *pl, gemv_params *p) {
+    const int nmat = job_mats(j);
+    p->units = pl->units;
+    p->tpr = pl->tpr;
+    p->wpr = pl->tpr / 32;
+    p->batch_rows = pl->G * pl->R;
+    p->nbatches = (j->rows + p->batch_rows - 1) / p->batch_rows;
+    if (is_flat(j)) {
+        p->nflat = nmat;
+        p->rows = 0;
+        for (int m = 0; m < nmat; m++) {
+            p->mrows[m] = j->mrows[m];
+            if (m + 1 < NF_CUDA_GEMV_MAX_MATS) p->bstart[m + 1] = p->bstart[m] + (j->mrows[m] + p->batch_rows - 1) / p->batch_rows;
+        }
+        p->nbatches = job_batches(j, p->batch_rows);
+    }
+    p->stage_bytes = (int)pl->stage;
+    p->nst = pl->nst;
+    p->xchunks = (int)(j->cols / 4);
+    p->stage_x = stages_x(j, pl);
+    if (j->xup && !p->stage_x) return nf_fail("cuda gemv: a SwiGLU activation needs a job whose row is staged");
+    if (j->xnorm && !norms_x(j, pl)) return nf_fail("cuda gemv: this job cannot normalise its activations (nf_cuda_gemv_norms_x)");
+    p->xnorm = j->xnorm;
+    p->xnorm_eps = j->xnorm_eps;
+    p->ring_bytes = pl->ring;
+    return 0;
+}
+
+/* problems of a streaming job's grid: a flat job's matrices share one */
+static int grid_problems(const nf_gemv_job *j) { return is_flat(j) ? 1 : job_mats(j) * j->nvec; }
+
+/* CTAs per problem when `ctas` are shared by the job's problems: at least one, at most its batches */
+static int64_t ctas_per_problem(const gemv_params &p, int64_t ctas, int nprob) {
+    int64_t per = ctas / nprob;
+    if (per > p.nbatches) per = p.nbatches;
+    return per < 1 ? 1 : per;
+}
+
+extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
+    const int chk = job_check(j);
+    if (chk) return chk < 0 ? -1 : 0;
+    const nf_type_info *ti = nf_type_get(j->type);
+    const int nmat = job_mats(j);
+    if (is_flat(j)) {
         stream_plan pl;
         if (!plan_stream(j, &pl)) { /* the plain kernel takes one height per launch: one launch per matrix */
             for (int m = 0; m < nmat; m++) {
@@ -1185,60 +1310,17 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
         }
     }
     gemv_params p;
-    memset(&p, 0, sizeof p);
-    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++) {
-        p.w[m] = (const uint8_t *)j->w[m < nmat ? m : 0];
-        p.y[m] = j->y[m < nmat ? m : 0];
-        p.x[m] = m < nmat && j->xm[m] ? j->xm[m] : j->x;
-    }
-    p.xup = j->xup;
-    p.act_limit = j->act_limit;
-    p.row_bytes = nf_row_bytes(j->type, j->cols);
-    p.slice_bytes = j->slice_bytes;
-    p.rows = j->rows;
-    p.ldx = j->ldx;
-    p.ldy = j->ldy;
-    p.ids = j->ids;
-    p.ids_settled = j->ids && j->ids_settled;
-    p.wait_first = !getenv_early();
-    p.xdiv = j->xdiv > 1 ? j->xdiv : 1;
-    p.smod = j->smod > 1 ? j->smod : 1;
-    p.nvec = j->nvec;
+    job_params(j, &p);
     const int nprob = nmat * j->nvec;
     cudaStream_t s = (cudaStream_t)stream;
     stream_plan pl;
     if (plan_stream(j, &pl)) {
-        p.units = pl.units;
-        p.tpr = pl.tpr;
-        p.wpr = pl.tpr / 32;
-        p.batch_rows = pl.G * pl.R;
-        p.nbatches = (j->rows + p.batch_rows - 1) / p.batch_rows;
-        if (is_flat(j)) {
-            p.nflat = nmat;
-            p.rows = 0;
-            for (int m = 0; m < nmat; m++) {
-                p.mrows[m] = j->mrows[m];
-                if (m + 1 < NF_CUDA_GEMV_MAX_MATS) p.bstart[m + 1] = p.bstart[m] + (j->mrows[m] + p.batch_rows - 1) / p.batch_rows;
-            }
-            p.nbatches = job_batches(j, p.batch_rows);
-        }
-        p.stage_bytes = (int)pl.stage;
-        p.nst = pl.nst;
-        p.xchunks = (int)(j->cols / 4);
-        p.stage_x = stages_x(j, &pl);
-        if (j->xup && !p.stage_x) return nf_fail("cuda gemv: a SwiGLU activation needs a job whose row is staged");
-        if (j->xnorm && !norms_x(j, &pl)) return nf_fail("cuda gemv: this job cannot normalise its activations (nf_cuda_gemv_norms_x)");
-        p.xnorm = j->xnorm;
-        p.xnorm_eps = j->xnorm_eps;
-        p.ring_bytes = pl.ring;
+        if (stream_params(j, &pl, &p) < 0) return -1;
         /* one wave: as many CTAs as fit on the device at once, shared among the problems (a flat job is one) */
-        const int nprob_grid = is_flat(j) ? 1 : nprob;
-        int64_t per_prob = (int64_t)g_sms * pl.per_sm / nprob_grid;
-        if (per_prob > p.nbatches) per_prob = p.nbatches;
-        if (per_prob < 1) per_prob = 1;
-        stream_fn k = pl.k;
+        const int nprob_grid = grid_problems(j);
+        const int64_t per_prob = ctas_per_problem(p, (int64_t)g_sms * pl.per_sm, nprob_grid);
         if (getenv_plan_log()) log_plan(j, nmat, &pl, p.stage_x, per_prob);
-        nf_launch(k, dim3((unsigned)per_prob, (unsigned)nprob_grid), dim3((unsigned)pl.threads), pl.smem, s, p);
+        nf_launch(pl.k, dim3((unsigned)per_prob, (unsigned)nprob_grid), dim3((unsigned)pl.threads), pl.smem, s, p);
     } else {
         if (j->xup || j->xnorm) return nf_fail("cuda gemv: SwiGLU or normalised activations need the streaming kernel");
         const int64_t nb = j->cols / ti->block_size;
@@ -1259,6 +1341,85 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return nf_fail("cuda gemv launch: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+/* ---- two jobs in one launch ---- */
+/* A decode weight cost per byte of each format relative to Q8_0, from the H100 decode table (docs/benchmarks.md,
+ * ddeaf23: the routed IQ2_XXS gate+up 876 GB/s, the Q2_K down 1006 GB/s, the large Q8_0 matrices 1900-2500 GB/s):
+ * the pair shares its CTAs by bytes times this, so that both jobs end together. NF_GEMV_PAIR_BSHARE=N (1..99)
+ * gives job b N% of the CTAs instead (tuning runs). */
+static double pair_cost(uint32_t type) {
+    switch (type) {
+    case NF_TYPE_IQ2_XXS: return 2.5;
+    case NF_TYPE_Q2_K: return 2.2;
+    case NF_TYPE_Q4_K: case NF_TYPE_Q6_K: return 1.5;
+    default: return 1.0;
+    }
+}
+
+static int log2_r(int r) { return r == 1 ? 0 : r == 2 ? 1 : 2; }
+
+/* How a pair runs as one launch: both jobs streamed (plans capped at PAIR_RMAX rows), with the same threads per
+ * CTA, formats with a pair kernel, the larger of their shared memory within the opt-in limit. 0 when not. */
+struct pair_plan {
+    stream_plan a, b;
+    pair_fn k;
+    size_t smem;
+};
+static int plan_pair(const nf_gemv_job *a, const nf_gemv_job *b, pair_plan *pp) {
+    if (!plan_stream(a, &pp->a, PAIR_RMAX) || !plan_stream(b, &pp->b, PAIR_RMAX)) return 0;
+    if (pp->a.threads != pp->b.threads) return 0;
+    pp->k = nullptr;
+    for (int i = 0; i < N_PAIR; i++)
+        if (k_pair[i].ta == a->type && k_pair[i].tb == b->type) pp->k = k_pair[i].k[log2_r(pp->a.R)][log2_r(pp->b.R)];
+    if (!pp->k) return 0;
+    pp->smem = pp->a.smem > pp->b.smem ? pp->a.smem : pp->b.smem;
+    return g_smem_optin <= 0 || pp->smem <= (size_t)g_smem_optin;
+}
+
+extern "C" int nf_cuda_gemv_pairs(const nf_gemv_job *a, const nf_gemv_job *b) {
+    if (!g_sms && nf_cuda_gemv_init() < 0) return 0;
+    if (job_check(a) || job_check(b)) return 0;
+    pair_plan pp;
+    return plan_pair(a, b, &pp);
+}
+
+extern "C" int nf_cuda_gemv_run_pair(const nf_gemv_job *a, const nf_gemv_job *b, void *stream) {
+    const int ca = job_check(a), cb = job_check(b);
+    if (ca < 0 || cb < 0) return -1;
+    pair_plan pp;
+    if (ca || cb || !plan_pair(a, b, &pp)) /* one of them alone, or two launches */
+        return (!ca && nf_cuda_gemv_run(a, stream) < 0) || (!cb && nf_cuda_gemv_run(b, stream) < 0) ? -1 : 0;
+    gemv_params pa, pb;
+    job_params(a, &pa);
+    job_params(b, &pb);
+    if (stream_params(a, &pp.a, &pa) < 0 || stream_params(b, &pp.b, &pb) < 0) return -1;
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pp.k, pp.a.threads, pp.smem) != cudaSuccess || per_sm < 1) {
+        (void)cudaGetLastError();
+        per_sm = 1;
+    }
+    /* one wave shared by cost (pair_cost), each problem of either job at least one CTA */
+    const int npa = grid_problems(a), npb = grid_problems(b);
+    const int64_t wave = (int64_t)g_sms * per_sm;
+    const double costa = pair_cost(a->type) * (double)pa.nbatches * pa.stage_bytes * npa,
+                 costb = pair_cost(b->type) * (double)pb.nbatches * pb.stage_bytes * npb;
+    const double share = g_pair_bshare ? (double)g_pair_bshare / 100.0 : costb / (costa + costb);
+    pair_grid g;
+    g.per_b = (int)ctas_per_problem(pb, (int64_t)(share * (double)wave + 0.5), npb);
+    g.per_a = (int)ctas_per_problem(pa, wave - (int64_t)g.per_b * npb, npa);
+    g.nb = (int64_t)g.per_b * npb;
+    g.total = g.nb + (int64_t)g.per_a * npa;
+    if (getenv_plan_log()) {
+        log_plan(a, job_mats(a), &pp.a, pa.stage_x, g.per_a);
+        log_plan(b, job_mats(b), &pp.b, pb.stage_x, g.per_b);
+        fprintf(stderr, "gemv pair: %s + %s: %lld CTAs (%d x %d, %d x %d), %d per SM, smem %zu\n", nf_type_get(a->type)->name,
+                nf_type_get(b->type)->name, (long long)g.total, npa, g.per_a, npb, g.per_b, per_sm, pp.smem);
+    }
+    nf_launch(pp.k, dim3((unsigned)g.total), dim3((unsigned)pp.a.threads), pp.smem, (cudaStream_t)stream, pa, pb, g);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return nf_fail("cuda gemv pair launch: %s", cudaGetErrorString(e));
     return 0;
 }
 

@@ -71,6 +71,14 @@ int nf_cuda_gemv_supports(uint32_t type);
 /* Launch a job on `stream` (a cudaStream_t, NULL for the default stream). Any shape the format allows runs;
  * shapes nf_cuda_gemv_streams() accepts take the streaming kernels, the others a plain warp-per-row kernel. */
 int nf_cuda_gemv_run(const nf_gemv_job *job, void *stream);
+/* Two jobs in ONE launch, possibly of different formats (the routed experts and the shared expert of a MoE
+ * layer: a 2-bit job bound by its decode instructions beside a Q8_0 job bound by its loads). Every row has the bits
+ * it has in a launch of its own job (nf_cuda_gemv_run); when the pair cannot share a launch (nf_cuda_gemv_pairs
+ * says why not: formats without a pair kernel, a job off the streaming kernels, different CTA sizes) the two run
+ * as two launches, a then b. Each job keeps its own PDL rule (ids, ids_settled). */
+int nf_cuda_gemv_run_pair(const nf_gemv_job *a, const nf_gemv_job *b, void *stream);
+/* 1 when nf_cuda_gemv_run_pair runs a and b as one launch */
+int nf_cuda_gemv_pairs(const nf_gemv_job *a, const nf_gemv_job *b);
 /* Matrix m of a flat job (mrows) as a job of its own: the same row values, one launch per matrix. */
 nf_gemv_job nf_cuda_gemv_one_of(const nf_gemv_job *flat, int m);
 /* 1 when the job takes the streaming kernels: a supported type, weights, row and slice bytes 16-byte aligned,

@@ -200,6 +200,23 @@ int nf_cuda_matmul_same_x(nf_cuda *c, const nf_cuda_mat *const *w, int nmat, con
  * nf_cuda_swiglu into g (g is overwritten) and the product. The same values either way. */
 int nf_cuda_matmul_swiglu(nf_cuda *c, const nf_cuda_mat *w, float *g, const float *u, int64_t ldx, float limit,
                           const int32_t *ids, float *y, int64_t ldy, int nvec);
+/* The MoE's two product pairs as one launch each (cuda_gemv.h, nf_cuda_gemv_run_pair): gate+up of the routed
+ * experts (ids) beside the shared expert's gate+up, then the routed down beside the shared down, each with the
+ * arguments of nf_cuda_matmul_same (two matrices) or nf_cuda_matmul_swiglu. Returns 1 when both pairs share a
+ * launch (and queues nothing: nf_cuda_moe_pair_run then runs them), 0 when the caller runs the four products its
+ * own way. */
+typedef struct nf_cuda_moe_pair {
+    const nf_cuda_mat *rg, *ru, *rd, *sg, *su, *sd; /* routed gate, up, down; shared gate, up, down */
+    const float *x;
+    int64_t n;          /* model width (x rows, down outputs) */
+    int k, T;           /* experts per token, tokens */
+    const int32_t *ids; /* T * k */
+    float limit;        /* SwiGLU clamp */
+    float *a, *b, *out; /* routed gate / up outputs [T*k][rows of rg], down outputs [T*k][n] */
+    float *sa, *sb, *shared; /* shared expert: gate / up [T][rows of sg], down [T][n] */
+} nf_cuda_moe_pair;
+int nf_cuda_moe_pair_ok(const nf_cuda_moe_pair *mp);
+int nf_cuda_moe_pair_run(nf_cuda *c, const nf_cuda_moe_pair *mp);
 /* y = W RMSNorm(x) (no norm weight; T rows of ldx, eps): in decode, when the kernel can (nf_cuda_gemv_norms_x: the
  * hc projection of glm53), one launch that normalises the row itself bit for bit; otherwise
  * nf_cuda_rmsnorm_rows into scratch and the product. The same values either way. */

@@ -370,6 +370,48 @@ int nf_cuda_matmul_swiglu(nf_cuda *c, const nf_cuda_mat *w, float *g, const floa
     return nf_cuda_matmul_ex(c, w, g, ldx, 1, 1, ids, y, ldy, nvec);
 }
 
+/* the MoE pairs' four jobs: routed gate+up, shared gate+up, routed down, shared down */
+static void moe_pair_jobs(const nf_cuda_moe_pair *mp, nf_gemv_job j[4]) {
+    const int64_t I = mp->rg->rows, Is = mp->sg->rows;
+    j[0] = decode_job(mp->rg, mp->x, mp->n, mp->k, mp->ids, mp->a, I, mp->T * mp->k);
+    j[0].w[1] = mp->ru->w;
+    j[0].y[1] = mp->b;
+    j[1] = decode_job(mp->sg, mp->x, mp->n, 1, nullptr, mp->sa, Is, mp->T);
+    j[1].w[1] = mp->su->w;
+    j[1].y[1] = mp->sb;
+    j[2] = decode_job(mp->rd, mp->a, I, 1, mp->ids, mp->out, mp->n, mp->T * mp->k);
+    j[2].xup = mp->b;
+    j[2].act_limit = mp->limit;
+    j[2].ids_settled = 1; /* the router ran two launches before it (nf_cuda_moe_pair_run) */
+    j[3] = decode_job(mp->sd, mp->sa, Is, 1, nullptr, mp->shared, mp->n, mp->T);
+    j[3].xup = mp->sb;
+    j[3].act_limit = mp->limit;
+}
+
+int nf_cuda_moe_pair_ok(const nf_cuda_moe_pair *mp) {
+    if (mp->T * mp->k > NF_CUDA_GEMV_MAX_VECTORS || !fuse_x()) return 0;
+    const nf_cuda_mat *gu[4] = {mp->rg, mp->ru, mp->sg, mp->su};
+    for (int i = 0; i < 4; i++) /* gate and up of one kind: one job (matmul_group's rule) */
+        if (!gu[i]->w || gu[i ^ 1]->type != gu[i]->type || gu[i ^ 1]->n != gu[i]->n || gu[i ^ 1]->rows != gu[i]->rows ||
+            gu[i ^ 1]->slice_bytes != gu[i]->slice_bytes)
+            return 0;
+    if (!mp->rd->w || !mp->sd->w) return 0;
+    nf_gemv_job j[4];
+    moe_pair_jobs(mp, j);
+    return nf_cuda_gemv_stages_x(&j[2]) && nf_cuda_gemv_stages_x(&j[3]) && nf_cuda_gemv_pairs(&j[0], &j[1]) &&
+           nf_cuda_gemv_pairs(&j[2], &j[3]);
+}
+
+int nf_cuda_moe_pair_run(nf_cuda *c, const nf_cuda_moe_pair *mp) {
+    nf_gemv_job j[4];
+    moe_pair_jobs(mp, j);
+    for (int p = 0; p < 2; p++) {
+        if (nf_cuda_gemv_run_pair(&j[2 * p], &j[2 * p + 1], c->stream) < 0) return -1;
+        if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
+    }
+    return 0;
+}
+
 int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float eps,
                              float *y, int64_t ldy) {
     if (T <= 0 || w->rows <= 0) return 0;

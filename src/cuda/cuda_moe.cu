@@ -49,6 +49,15 @@ static int ids_early(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_IDS_EARLY", "off");
 }
 
+/* NF_CUDA_MOE_PAIR=on: in decode, the routed experts' gate+up and the shared expert's gate+up in one launch, then
+ * the two downs in one (nf_cuda_moe_pair_run): the 2-bit routed products are bound by their decode instructions,
+ * the shared expert's Q8_0 by its loads, and one launch's CTAs of both kinds share the SMs; two launches per layer
+ * fewer. The same values (every row as in its own launch). Opt-in until it has run on a GPU (session 18). */
+static int moe_pair_on(void) {
+    static int cache = -1;
+    return !nf_cuda_env_switch(&cache, "NF_CUDA_MOE_PAIR", "on"); /* the switch is 0 exactly when it is "on" */
+}
+
 #define COMBINE_THREADS 256
 #define COMBINE_BATCH 8 /* slots whose loads are issued together (glm53: k = 8, one round) */
 
@@ -98,6 +107,15 @@ __global__ void moe_combine_kernel(const float *out, const int32_t *expert_of, c
     }
 }
 
+static int combine(nf_cuda *c, const float *out, const int32_t *expert_of, const float *weight_of, const float *shared,
+                   int T, int k, int n, float *y) {
+    const dim3 cgrid((n + COMBINE_THREADS - 1) / COMBINE_THREADS < 32 ? (n + COMBINE_THREADS - 1) / COMBINE_THREADS : 32,
+                     T < 65535 ? T : 65535);
+    nf_launch(moe_combine_kernel, cgrid, COMBINE_THREADS, 0, c->stream, out, expert_of, weight_of, shared, T, k, n, y);
+    NF_LAUNCHED();
+    return 0;
+}
+
 int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     nf_cuda *c = nf_cuda_of(be);
     const nf_hparams *hp = &c->m->hp;
@@ -131,6 +149,16 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
      * (two launches after the router) can. NF_CUDA_IDS_EARLY=off: routed then shared, the routed products waiting
      * first (the order before, for A/B). The results are the same either way: the products are independent and
      * moe_combine adds them in its fixed order. */
+    if (has_shared && moe_pair_on()) {
+        nf_cuda_mat sg = nf_cuda_mat_of(c, &L->gate_shexp), su = nf_cuda_mat_of(c, &L->up_shexp),
+                    sd = nf_cuda_mat_of(c, &L->down_shexp);
+        const nf_cuda_moe_pair mp = {&g, &u, &d, &sg, &su, &sd, x, n, k, T, expert_of, hp->swiglu_limit,
+                                     a, b, out, sa, sb, shared};
+        if (nf_cuda_moe_pair_ok(&mp)) {
+            if (nf_cuda_moe_pair_run(c, &mp) < 0) return -1;
+            return combine(c, out, expert_of, weight_of, shared, T, k, n, y);
+        }
+    }
     const int early = ids_early();
     if (early && has_shared && mlp_in(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared, sa, sb) < 0)
         return -1;
@@ -142,9 +170,5 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     if (rc < 0) return -1;
     if (!early && has_shared && mlp_in(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared, sa, sb) < 0)
         return -1;
-    const dim3 cgrid((n + COMBINE_THREADS - 1) / COMBINE_THREADS < 32 ? (n + COMBINE_THREADS - 1) / COMBINE_THREADS : 32,
-                     T < 65535 ? T : 65535);
-    nf_launch(moe_combine_kernel, cgrid, COMBINE_THREADS, 0, c->stream, out, expert_of, weight_of, shared, T, k, n, y);
-    NF_LAUNCHED();
-    return 0;
+    return combine(c, out, expert_of, weight_of, shared, T, k, n, y);
 }

@@ -489,6 +489,194 @@ static void bench_case(FILE *csv, const char *name, uint32_t type, int64_t rows,
     cudaFree(dx); cudaFree(dy);
 }
 
+/* ---- two jobs in one launch (nf_cuda_gemv_run_pair): the MoE's routed and shared experts ---- */
+
+typedef struct {
+    uint32_t type;
+    int64_t rows, cols, slices;
+    int nmat, nvec, xdiv, use_ids, swiglu; /* swiglu: the activation is SwiGLU(x, xup), applied while staging */
+} pair_side;
+
+/* one side's job on the device: random weights (copies rotating for a bench), activation(s), NaN-poisoned outputs */
+typedef struct {
+    nf_gemv_job job;
+    uint8_t *w;          /* nmat matrices (3-D when slices > 1) */
+    size_t matrix_bytes, ybytes;
+    float *x, *xup, *y;  /* y: nmat outputs of ybytes each */
+    int32_t *ids;
+} pair_buf;
+
+static void pair_build(const pair_side *ps, pair_buf *b) {
+    memset(b, 0, sizeof *b);
+    const size_t rb = nf_row_bytes(ps->type, ps->cols);
+    b->matrix_bytes = rb * (size_t)ps->rows * (size_t)ps->slices;
+    rowset rs = make_rows(ps->type, ps->cols, 97);
+    CHECK(cudaMalloc((void **)&b->w, b->matrix_bytes * (size_t)ps->nmat));
+    for (int m = 0; m < ps->nmat; m++) {
+        uint8_t *d = upload_weights(&rs, m, ps->slices, ps->rows, 0);
+        CHECK(cudaMemcpy(b->w + (size_t)m * b->matrix_bytes, d, b->matrix_bytes, cudaMemcpyDeviceToDevice));
+        cudaFree(d);
+    }
+    free_rows(&rs);
+    const int nx = (ps->nvec + ps->xdiv - 1) / ps->xdiv;
+    const size_t xn = (size_t)nx * (size_t)ps->cols;
+    float *hx = nf_xmalloc(sizeof(float) * xn * 2);
+    for (size_t i = 0; i < 2 * xn; i++) hx[i] = gauss() * (ps->swiglu ? 6.0f : 1.0f);
+    CHECK(cudaMalloc((void **)&b->x, sizeof(float) * xn));
+    CHECK(cudaMemcpy(b->x, hx, sizeof(float) * xn, cudaMemcpyHostToDevice));
+    if (ps->swiglu) {
+        CHECK(cudaMalloc((void **)&b->xup, sizeof(float) * xn));
+        CHECK(cudaMemcpy(b->xup, hx + xn, sizeof(float) * xn, cudaMemcpyHostToDevice));
+    }
+    free(hx);
+    const int64_t ldy = ps->rows + 3;
+    b->ybytes = sizeof(float) * ((size_t)ps->nvec * (size_t)ldy + 16);
+    CHECK(cudaMalloc((void **)&b->y, b->ybytes * (size_t)ps->nmat));
+    nf_gemv_job *j = &b->job;
+    j->type = ps->type;
+    j->rows = ps->rows;
+    j->cols = ps->cols;
+    j->slice_bytes = rb * (size_t)ps->rows;
+    for (int m = 0; m < ps->nmat; m++) {
+        j->w[m] = b->w + (size_t)m * b->matrix_bytes;
+        j->y[m] = (float *)((uint8_t *)b->y + (size_t)m * b->ybytes);
+    }
+    j->x = b->x;
+    j->xup = b->xup;
+    j->act_limit = ps->swiglu ? SWIGLU_LIMIT : 0.0f;
+    j->ldx = ps->cols;
+    j->xdiv = ps->xdiv;
+    j->ldy = ldy;
+    j->nvec = ps->nvec;
+    if (ps->use_ids) {
+        /* distinct experts of a token, as the router picks them; 20 sets for the bench's launches */
+        int32_t *h = nf_xmalloc(sizeof(int32_t) * 20 * (size_t)ps->nvec);
+        for (int i = 0; i < 20 * ps->nvec; i++) h[i] = (int32_t)(((uint64_t)i * 7 + rng() % 3) % (uint64_t)ps->slices);
+        CHECK(cudaMalloc((void **)&b->ids, sizeof(int32_t) * 20 * (size_t)ps->nvec));
+        CHECK(cudaMemcpy(b->ids, h, sizeof(int32_t) * 20 * (size_t)ps->nvec, cudaMemcpyHostToDevice));
+        free(h);
+        j->ids = b->ids;
+    }
+}
+static void pair_free(pair_buf *b) {
+    cudaFree(b->w);
+    cudaFree(b->x);
+    if (b->xup) cudaFree(b->xup);
+    cudaFree(b->y);
+    if (b->ids) cudaFree(b->ids);
+}
+static void pair_poison(pair_buf *b, int nmat) { CHECK(cudaMemset(b->y, 0xff, b->ybytes * (size_t)nmat)); }
+static void *pair_outputs(const pair_buf *b, int nmat) {
+    void *h = nf_xmalloc(b->ybytes * (size_t)nmat);
+    CHECK(cudaMemcpy(h, b->y, b->ybytes * (size_t)nmat, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* The pair's outputs (every byte of both output buffers, padding included) must equal those of the two jobs
+ * run one launch each (whose values check_case tests against the reference), and the pairs this test names
+ * must share a launch (want_pair) — a kernel mapping CTAs to the wrong problem or rows fails the first. */
+static int check_pair(const char *name, const pair_side *pa, const pair_side *pb, int want_pair) {
+    pair_buf a, b;
+    pair_build(pa, &a);
+    pair_build(pb, &b);
+    pair_poison(&a, pa->nmat);
+    pair_poison(&b, pb->nmat);
+    if (nf_cuda_gemv_run(&a.job, NULL) || nf_cuda_gemv_run(&b.job, NULL)) nf_die("%s", nf_error());
+    CHECK(cudaDeviceSynchronize());
+    void *ya = pair_outputs(&a, pa->nmat), *yb = pair_outputs(&b, pb->nmat);
+    pair_poison(&a, pa->nmat);
+    pair_poison(&b, pb->nmat);
+    const int paired = nf_cuda_gemv_pairs(&a.job, &b.job);
+    if (nf_cuda_gemv_run_pair(&a.job, &b.job, NULL)) nf_die("%s", nf_error());
+    CHECK(cudaDeviceSynchronize());
+    void *ya2 = pair_outputs(&a, pa->nmat), *yb2 = pair_outputs(&b, pb->nmat);
+    const int same_a = !memcmp(ya, ya2, a.ybytes * (size_t)pa->nmat), same_b = !memcmp(yb, yb2, b.ybytes * (size_t)pb->nmat);
+    /* the single launches wrote every row (no NaN left in the rows) */
+    int unwritten = 0;
+    for (int m = 0; m < pa->nmat; m++)
+        for (int v = 0; v < pa->nvec; v++)
+            for (int64_t r = 0; r < pa->rows; r++)
+                unwritten += isnan(((const float *)((const uint8_t *)ya + (size_t)m * a.ybytes))[(size_t)v * a.job.ldy + r]);
+    const int ok = same_a && same_b && paired == want_pair && !unwritten;
+    printf("gemv pair %-12s %s %lldx%lld x%lld nmat %d nvec %d + %s %lldx%lld nmat %d nvec %d: %s, a %s, b %s%s  %s\n", name,
+           nf_type_get(pa->type)->name, (long long)pa->rows, (long long)pa->cols, (long long)pa->slices, pa->nmat, pa->nvec,
+           nf_type_get(pb->type)->name, (long long)pb->rows, (long long)pb->cols, pb->nmat, pb->nvec,
+           paired ? "one launch" : "two launches", same_a ? "identical" : "DIFFERS", same_b ? "identical" : "DIFFERS",
+           unwritten ? ", rows unwritten" : "", ok ? "ok" : "FAIL");
+    free(ya); free(yb); free(ya2); free(yb2);
+    pair_free(&a);
+    pair_free(&b);
+    return ok;
+}
+
+static int check_pairs(int small) {
+    /* type, rows, cols, slices, nmat, nvec, xdiv, ids, swiglu */
+    const int64_t I = small ? 96 : 2048, n = small ? 512 : 4096, E = small ? 6 : 64;
+    const pair_side rgu = {NF_TYPE_IQ2_XXS, I, n, E, 2, 8, 8, 1, 0}, sgu = {NF_TYPE_Q8_0, I + 64, n, 1, 2, 1, 1, 0, 0};
+    const pair_side rd = {NF_TYPE_Q2_K, n, I + 160, E, 1, 8, 1, 1, 1}, sd = {NF_TYPE_Q8_0, n, I + 160, 1, 1, 1, 1, 0, 1};
+    const pair_side q4 = {NF_TYPE_Q4_K, 64, 1024, 5, 2, 4, 4, 1, 0}, q4s = {NF_TYPE_Q8_0, 100, 1024, 1, 2, 1, 1, 0, 0};
+    /* two tokens of four experts each (a short verify): two activation rows on both sides */
+    const pair_side q8 = {NF_TYPE_Q8_0, 64, 512, 5, 2, 8, 4, 1, 0}, q8s = {NF_TYPE_Q8_0, 80, 512, 1, 2, 2, 1, 0, 0};
+    /* formats without a pair kernel: two launches, the same bits */
+    const pair_side f32 = {NF_TYPE_F32, 64, 512, 5, 2, 8, 8, 1, 0};
+    int fails = 0;
+    fails += !check_pair("moe_gate_up", &rgu, &sgu, 1);
+    fails += !check_pair("moe_down", &rd, &sd, 1);
+    fails += !check_pair("q4_gate_up", &q4, &q4s, 1);
+    fails += !check_pair("q8_2tokens", &q8, &q8s, 1);
+    fails += !check_pair("f32_fallback", &f32, &q8s, 0);
+    return fails;
+}
+
+/* the pair against its two launches (graph replays; the routed side's ids rotate over 20 sets of a 288-expert
+ * tensor, the shared side's weights over copies beyond the L2) */
+typedef struct {
+    pair_buf a, b;
+    uint8_t *bcopies[8];
+    int paired;
+} pair_bench;
+static void launch_pair(void *c, int i, cudaStream_t s) {
+    pair_bench *pb = c;
+    nf_gemv_job ja = pb->a.job, jb = pb->b.job;
+    ja.ids = pb->a.ids + (size_t)(i % 20) * (size_t)ja.nvec;
+    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS && jb.w[m]; m++) jb.w[m] = pb->bcopies[i % 8] + (size_t)m * pb->b.matrix_bytes;
+    if (pb->paired ? nf_cuda_gemv_run_pair(&ja, &jb, s) : (nf_cuda_gemv_run(&ja, s) || nf_cuda_gemv_run(&jb, s)))
+        nf_die("%s", nf_error());
+}
+static void bench_pair(FILE *csv, const char *name, const pair_side *pa, const pair_side *pb_, cudaStream_t s) {
+    if (!listed("NF_GEMV_BENCH_CASES", name)) return;
+    pair_bench pb;
+    memset(&pb, 0, sizeof pb);
+    pair_build(pa, &pb.a);
+    pair_build(pb_, &pb.b);
+    const size_t bbytes = pb.b.matrix_bytes * (size_t)pb_->nmat;
+    for (int c = 0; c < 8; c++) {
+        CHECK(cudaMalloc((void **)&pb.bcopies[c], bbytes));
+        CHECK(cudaMemcpy(pb.bcopies[c], pb.b.w, bbytes, cudaMemcpyDeviceToDevice));
+    }
+    const double bytes = (double)nf_row_bytes(pa->type, pa->cols) * pa->rows * pa->nvec * pa->nmat + (double)bbytes;
+    timing t[4];
+    for (int k = 0; k < 4; k++) { /* two launches, pair, pair, two launches */
+        pb.paired = k == 1 || k == 2;
+        t[k] = time_graph(launch_pair, &pb, bytes, s);
+    }
+    const double two = (t[0].us + t[3].us) / 2, one = (t[1].us + t[2].us) / 2;
+    printf("bench pair %-10s %s + %s: two launches %8.2f us, one launch %8.2f us (%s), %.0f -> %.0f GB/s\n", name,
+           nf_type_get(pa->type)->name, nf_type_get(pb_->type)->name, two, one,
+           nf_cuda_gemv_pairs(&pb.a.job, &pb.b.job) ? "paired" : "NOT paired: two launches", bytes / (two * 1e3),
+           bytes / (one * 1e3));
+    if (csv) {
+        fprintf(csv, "pair_%s_two,%s+%s,0,0,0,0,0,%.0f,%.3f,%.1f,0,0,0\n", name, nf_type_get(pa->type)->name,
+                nf_type_get(pb_->type)->name, bytes, two, bytes / (two * 1e3));
+        fprintf(csv, "pair_%s_one,%s+%s,0,0,0,0,0,%.0f,%.3f,%.1f,0,0,0\n", name, nf_type_get(pa->type)->name,
+                nf_type_get(pb_->type)->name, bytes, one, bytes / (one * 1e3));
+        fflush(csv);
+    }
+    for (int c = 0; c < 8; c++) cudaFree(pb.bcopies[c]);
+    pair_free(&pb.a);
+    pair_free(&pb.b);
+}
+
 static void bench_probe(FILE *csv, size_t bytes, cudaStream_t s, unsigned *sink) {
     bench_ctx b;
     memset(&b, 0, sizeof b);
@@ -542,6 +730,12 @@ static void run_bench(void) {
     bench_case(csv, "kda_beta", NF_TYPE_Q8_0, 64, 4096, 1, 1, 1, 1, 0, s, sink);
     bench_case(csv, "shexp_gu", NF_TYPE_Q8_0, 2048, 4096, 1, 2, 1, 1, 0, s, sink);
     bench_case(csv, "shexp_down", NF_TYPE_Q8_0, 4096, 2048, 1, 1, 1, 1, 0, s, sink);
+    /* the MoE's pairs in one launch against two (NF_CUDA_MOE_PAIR): glm53:q2's routed gate+up (IQ2_XXS, 8 of 288)
+     * beside the shared expert's (Q8_0), the routed down (Q2_K, SwiGLU staged) beside the shared down */
+    const pair_side rgu = {NF_TYPE_IQ2_XXS, 2048, 4096, 288, 2, 8, 8, 1, 0}, sgu = {NF_TYPE_Q8_0, 2048, 4096, 1, 2, 1, 1, 0, 0};
+    const pair_side rd = {NF_TYPE_Q2_K, 4096, 2048, 288, 1, 8, 1, 1, 1}, sd = {NF_TYPE_Q8_0, 4096, 2048, 1, 1, 1, 1, 0, 1};
+    bench_pair(csv, "moe_gate_up", &rgu, &sgu, s);
+    bench_pair(csv, "moe_down", &rd, &sd, s);
     /* one matrix times nvec vectors (speculative verify) */
     static const int nv[] = {1, 2, 4, 8};
     for (size_t i = 0; i < N_TYPES; i++)
@@ -621,6 +815,11 @@ int nf_gpu_test_gemv(int bench) {
             total++;
             failed += !check_case(types[i], &cases[c]);
         }
+    if (checks) {
+        const int pf = check_pairs(small);
+        total += 5;
+        failed += pf;
+    }
     if (dump_file()) fflush(dump_file());
     if (checks) printf("gemv: %d passed, %d failed\n", total - failed, failed);
     else printf("gemv: checks skipped (NF_GEMV_BENCH_NO_CHECKS=1)\n");
