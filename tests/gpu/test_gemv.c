@@ -611,9 +611,10 @@ static int check_pair(const char *name, const pair_side *pa, const pair_side *pb
 
 static int check_pairs(int small) {
     /* type, rows, cols, slices, nmat, nvec, xdiv, ids, swiglu */
-    const int64_t I = small ? 96 : 2048, n = small ? 512 : 4096, E = small ? 6 : 64;
+    /* row lengths whose rows are whole 16-byte chunks (the streaming kernels' condition): IQ2_XXS 2048k, Q2_K 1024k */
+    const int64_t I = small ? 96 : 2048, n = small ? 2048 : 4096, E = small ? 6 : 64, Id = small ? 1024 : 2048;
     const pair_side rgu = {NF_TYPE_IQ2_XXS, I, n, E, 2, 8, 8, 1, 0}, sgu = {NF_TYPE_Q8_0, I + 64, n, 1, 2, 1, 1, 0, 0};
-    const pair_side rd = {NF_TYPE_Q2_K, n, I + 160, E, 1, 8, 1, 1, 1}, sd = {NF_TYPE_Q8_0, n, I + 160, 1, 1, 1, 1, 0, 1};
+    const pair_side rd = {NF_TYPE_Q2_K, small ? 80 : n, Id, E, 1, 8, 1, 1, 1}, sd = {NF_TYPE_Q8_0, small ? 80 : n, Id, 1, 1, 1, 1, 0, 1};
     const pair_side q4 = {NF_TYPE_Q4_K, 64, 1024, 5, 2, 4, 4, 1, 0}, q4s = {NF_TYPE_Q8_0, 100, 1024, 1, 2, 1, 1, 0, 0};
     /* two tokens of four experts each (a short verify): two activation rows on both sides */
     const pair_side q8 = {NF_TYPE_Q8_0, 64, 512, 5, 2, 8, 4, 1, 0}, q8s = {NF_TYPE_Q8_0, 80, 512, 1, 2, 2, 1, 0, 0};

@@ -22,16 +22,18 @@ save() { tar czf $OUT/res.tgz -C $W r; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version,memory.total,memory.free --format=csv > $R/smi.txt
 mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 if [ "$mem" -gt 120000 ]; then M=glm53:q2; else M=glm53@32:q2; fi; echo "model $M" > $R/model.txt
-NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on NF_CUDA_HC_PROJ_PREFILL=on NF_CUDA_MLA_TC=on timeout 100 $C/nf-gpu-tests --quick --only backend > $R/gpu-tests-backend.txt 2>&1; echo "rc=$?" >> $R/gpu-tests-backend.txt
-NF_CUDA_ROUTER_NARROW=on timeout 20 $C/nf-gpu-tests --only router > $R/gpu-tests-router.txt 2>&1; echo "rc=$?" >> $R/gpu-tests-router.txt
+NF_CUDA_MOE_PAIR=on NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on NF_CUDA_HC_PROJ_PREFILL=on NF_CUDA_MLA_TC=on timeout 100 $C/nf-gpu-tests --quick --only backend > $R/gpu-tests-backend.txt 2>&1; echo "rc=$?" >> $R/gpu-tests-backend.txt
+timeout 60 $C/nf-gpu-tests --only gemv > $R/gpu-tests-gemv.txt 2>&1; echo "rc=$?" >> $R/gpu-tests-gemv.txt
+NF_GEMV_PLAN=1 NF_GEMV_BENCH_NO_CHECKS=1 NF_GEMV_BENCH_CASES=moe_gate_up,moe_down,gate_up,down,shexp_gu,shexp_down NF_GEMV_BENCH_ONLY=iq2_xxs,q2_K,q8_0 timeout 40 $C/nf-gpu-tests --only gemv --bench > $R/gemv-pair-bench.txt 2>&1; echo "rc=$?" >> $R/gemv-pair-bench.txt
+NF_CUDA_MOE_PAIR=on NF_CUDA_ROUTER_NARROW=on timeout 20 $C/nf-gpu-tests --only router > $R/gpu-tests-router.txt 2>&1; echo "rc=$?" >> $R/gpu-tests-router.txt
 timeout 60 $C/nf-gpu-tests --quick --bench --only attn > $R/gpu-tests-attn.txt 2>&1; echo "rc=$?" >> $R/gpu-tests-attn.txt
 save
-NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on NF_CUDA_HC_PROJ_PREFILL=on NF_CUDA_MLA_TC=on NF_GPU_TEST_FIXTURES_ONLY=1 timeout 60 compute-sanitizer --tool memcheck $C/nf-gpu-tests --quick --only backend > $R/memcheck.txt 2>&1; echo "rc=$?" >> $R/memcheck.txt
+NF_CUDA_MOE_PAIR=on NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on NF_CUDA_HC_PROJ_PREFILL=on NF_CUDA_MLA_TC=on NF_GPU_TEST_FIXTURES_ONLY=1 timeout 60 compute-sanitizer --tool memcheck $C/nf-gpu-tests --quick --only backend > $R/memcheck.txt 2>&1; echo "rc=$?" >> $R/memcheck.txt
 save
 S="--backend cuda --synthetic $M"
 BB="$S --frontiers 2048 --gen 32 --chunk 2048 --warmup 16"
-arm() { case $1 in new) echo "NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on";; late) echo "NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on NF_CUDA_GEMV_EARLY=off";; splitoff) echo "NF_CUDA_ROUTER_NARROW=on";; narrowoff) echo "NF_CUDA_HC_SPLIT=on";; esac; }
-i=0; for m in new late splitoff narrowoff narrowoff splitoff late new new late; do i=$((i+1)); [ $SECONDS -lt $((CAP - 110)) ] && env $(arm $m) timeout 45 $C/nf-bench $BB > $R/alt-$i-$m.csv 2>$R/alt-$i-$m.err; done
+arm() { case $1 in new) echo "NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on";; late) echo "NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on NF_CUDA_GEMV_EARLY=off";; pair) echo "NF_CUDA_HC_SPLIT=on NF_CUDA_ROUTER_NARROW=on NF_CUDA_MOE_PAIR=on";; splitoff) echo "NF_CUDA_ROUTER_NARROW=on";; narrowoff) echo "NF_CUDA_HC_SPLIT=on";; esac; }
+i=0; for m in new late pair splitoff narrowoff narrowoff splitoff pair late new new late pair; do i=$((i+1)); [ $SECONDS -lt $((CAP - 110)) ] && env $(arm $m) timeout 45 $C/nf-bench $BB > $R/alt-$i-$m.csv 2>$R/alt-$i-$m.err; done
 save
 parm() { case $1 in new) echo "NF_CUDA_HC_PROJ_PREFILL=on NF_CUDA_MLA_TC=on";; hcoff) echo "NF_CUDA_MLA_TC=on";; tcoff) echo "NF_CUDA_HC_PROJ_PREFILL=on";; esac; }
 i=0; for m in new hcoff tcoff tcoff hcoff new new hcoff tcoff; do i=$((i+1)); [ $SECONDS -lt $((CAP - 35)) ] && env $(parm $m) timeout 45 $C/nf-bench $S --frontiers 8192 --gen 1 --warmup 2 > $R/pp-$i-$m.csv 2>$R/pp-$i-$m.err; done
