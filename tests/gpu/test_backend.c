@@ -32,7 +32,8 @@
  *  6. long context (f32 fixtures base and kpool16, 4096 tokens): visible pools far beyond the top-k budget;
  *     blocks from identical inputs including decode steps at depth (selections exact, attention within
  *     tolerance), end to end, and a chunked prefill bit-identical to one-shot. For the CPU emulation
- *     (scripts/cuemu): NF_GPU_TEST_LONG=n sets the length, NF_GPU_TEST_LONG_ONLY=1 skips everything else.
+ *     (scripts/cuemu): NF_GPU_TEST_LONG=n sets the length, NF_GPU_TEST_LONG_ONLY=1 skips everything else;
+ *     NF_GPU_TEST_RECIPES=q8,q4 runs those recipes only (--quick runs f32 and q2).
  *
  * Tolerance (relative to the largest |logit| of the position), the same for every recipe: 1e-4.
  *  - f32, bf16: both backends compute in f32 from the same stored weights (bf16 widens exactly); they differ
@@ -864,8 +865,19 @@ int nf_gpu_test_backend(int quick) {
     /* NF_GPU_TEST_LONG_ONLY: only the long-context case (for the CPU emulation of scripts/cuemu) */
     const int long_only = getenv("NF_GPU_TEST_LONG_ONLY") != NULL;
     for (int r = 0; r < (long_only ? 0 : 5); r++) {
-        if (quick && r != 0 && r != 4) continue;
         const char *rc = recipes[r];
+        /* NF_GPU_TEST_RECIPES=q8,q4: these recipes only (the emulation of a path that only some recipes' row
+         * lengths take, e.g. the MoE pair launch at the tiny synthetic model's 256 columns: q8, q4) */
+        const char *only = getenv("NF_GPU_TEST_RECIPES");
+        if (only && *only) {
+            char list[128];
+            snprintf(list, sizeof list, ",%s,", only);
+            char item[16];
+            snprintf(item, sizeof item, ",%s,", rc);
+            if (!strstr(list, item)) continue;
+        } else if (quick && r != 0 && r != 4) {
+            continue;
+        }
         for (int fi = 0; fi < nfix; fi++) {
             snprintf(path, sizeof path, "%s/%s-%s.gguf", dir, fixtures[fi], rc);
             snprintf(cmd, sizeof cmd, "%s/nf-convert tests/data/fixtures/%s -o %s --recipe %s --no-tokenizer > %s/convert.log 2>&1",
