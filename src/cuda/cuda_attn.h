@@ -57,7 +57,7 @@ typedef enum { NF_MLA_PATH_AUTO, NF_MLA_PATH_TILED, NF_MLA_PATH_ONLINE, NF_MLA_P
  * paths, and like them independent of T (fixed tiles, every sum in index order). kl % 4 == 0. */
 /* 1 when the backend's prefill attention of T tokens takes NF_MLA_PATH_TC: T >= NF_CUDA_GEMM_MIN_VECTORS (the
  * products beside it are bf16 GEMMs too), NF_CUDA_GEMM neither off nor f32 (the exact modes the tests use), and
- * NF_CUDA_MLA_TC=on (opt-in until measured on a GPU) */
+ * NF_CUDA_MLA_TC not off */
 int nf_cuda_mla_tc_wanted(int T);
 int nf_cuda_mla_core_path(nf_mla_path path, cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel,
                           int T, int H, int kl, int width, float scale, float *S, float *U);

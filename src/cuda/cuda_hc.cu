@@ -377,11 +377,11 @@ __global__ void __launch_bounds__(HPP_THREADS) hc_proj_prefill_kernel(const floa
     }
 }
 
-/* NF_CUDA_HC_PROJ_PREFILL=on: prefill's projection by hc_proj_prefill_kernel instead of an RMSNorm into a copy + the
- * tiled GEMM. Opt-in until it has run on a GPU (only the emulation has run it) */
+/* NF_CUDA_HC_PROJ_PREFILL=off: prefill's projection as an RMSNorm into a copy + the tiled GEMM (A/B). Default since
+ * session 18: 5.8% faster 8192-token prefills on the H100 (3451 vs 3261 t/s, docs/benchmarks.md) */
 static bool hc_proj_prefill_on(void) {
     static int cache = -1;
-    return !nf_cuda_env_switch(&cache, "NF_CUDA_HC_PROJ_PREFILL", "on"); /* the switch is 0 exactly when it is "on" */
+    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_PROJ_PREFILL", "off");
 }
 
 /* prefill's projection into mm[T][nm] by hc_proj_prefill_kernel: 1 when it ran, 0 when off or the shape does not
@@ -547,12 +547,13 @@ static bool hc_norm_fused(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_HC_NORM", "off");
 }
 
-/* NF_CUDA_HC_SPLIT=on: decode's projection split over the row instead of on the GEMV engine (the normalised row
- * times the matrix; the same real numbers, rounded differently). Opt-in until measured on a GPU: its first version
- * (ac07d76, on by default) decoded 1.2% faster with a slow reduction; this reduction has only run in the emulation */
+/* NF_CUDA_HC_SPLIT=off: decode's projection on the GEMV engine (the normalised row times the matrix; the same real
+ * numbers, rounded differently) and hc_post as its own launch (A/B). The split is the default since session 18:
+ * with the one-round-trip reduction and the hc_post fold, 1.4% faster decode on the H100 (135.33 vs 133.51 t/s by
+ * the medians, the same greedy tokens; docs/benchmarks.md) */
 static bool hc_split_enabled(void) {
     static int cache = -1;
-    return !nf_cuda_env_switch(&cache, "NF_CUDA_HC_SPLIT", "on"); /* the switch is 0 exactly when the variable is "on" */
+    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_SPLIT", "off");
 }
 
 /* the split projection's partial sums for T decode tokens into part[T][S][nm] and ssq[T][S] (S = n / HCP_ELEMS);

@@ -409,11 +409,12 @@ __global__ void __launch_bounds__(256) mla_value_tc_kernel(const float *__restri
     });
 }
 
-/* NF_CUDA_MLA_TC=on: prefill's attention core on tensor cores in the bf16 mode. Opt-in until it has run on a GPU
- * (only the emulation has run it); off, the f32 tiled kernels in every mode */
+/* NF_CUDA_MLA_TC=off: prefill's attention core on the f32 tiled kernels in every mode (A/B). On by default since
+ * session 18: on the H100 an 8192-token prefill of glm53@32:q2 ran 17.7% faster with it (3451 vs 2932 t/s, three
+ * runs each, alternating; the same greedy tokens: docs/benchmarks.md) */
 static bool tc_enabled(void) {
     static int cache = -1;
-    return !nf_cuda_env_switch(&cache, "NF_CUDA_MLA_TC", "on"); /* the switch is 0 exactly when it is "on" */
+    return nf_cuda_env_switch(&cache, "NF_CUDA_MLA_TC", "off");
 }
 
 extern "C" int nf_cuda_mla_tc_wanted(int T) {

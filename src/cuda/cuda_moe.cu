@@ -52,7 +52,10 @@ static int ids_early(void) {
 /* NF_CUDA_MOE_PAIR=on: in decode, the routed experts' gate+up and the shared expert's gate+up in one launch, then
  * the two downs in one (nf_cuda_moe_pair_run): the 2-bit routed products are bound by their decode instructions,
  * the shared expert's Q8_0 by its loads, and one launch's CTAs of both kinds share the SMs; two launches per layer
- * fewer. The same values (every row as in its own launch). Opt-in until it has run on a GPU (session 18). */
+ * fewer. The same values (every row as in its own launch). Opt-in: on the H100 (session 18) the paired down ran
+ * 2.5 us faster than its two launches but the paired gate+up 1.9 us slower, and decode was 0.5% and 2.3% slower in
+ * two alternating A/Bs (docs/benchmarks.md): the IQ2_XXS gate+up loses more to the CTAs it gives up than the
+ * shared expert's loads gain. */
 static int moe_pair_on(void) {
     static int cache = -1;
     return !nf_cuda_env_switch(&cache, "NF_CUDA_MOE_PAIR", "on"); /* the switch is 0 exactly when it is "on" */

@@ -825,7 +825,10 @@ static void long_context(const char *fixture, int n, const char *build, const ch
            "differing %d/%d\n", n, e, tol, over, n, am, n, sel_bad, n_mla * n);
     CHECK(over == 0, "%d of %d positions over the logit tolerance", over, n);
     CHECK(sel_bad == 0, "%d selection rows differ", sel_bad);
-    const int chunk = n >= 2000 ? 777 : (n / 3) | 1; /* odd: chunks end inside pools */
+    int chunk = n >= 2000 ? 777 : (n / 3) | 1; /* odd: chunks end inside pools */
+    /* a last chunk below the GEMM's vectors takes the decode products, which round differently (NF_GPU_TEST_LONG=64
+     * gave 21 + 21 + 21 + 1) */
+    while (n % chunk && n % chunk < 16 && chunk + 2 < n) chunk += 2;
     CHECK(prefill(gpu, tok, n, chunk, g2, sg2, n) == 0, "gpu chunked: %s", nf_error());
     const int same = !memcmp(g1, g2, (size_t)n * V * sizeof(float)) && !memcmp(sg, sg2, nsel * sizeof(int32_t));
     printf("  gpu chunk %d vs one-shot: %s\n", chunk, same ? "bit-identical" : "DIFFERENT");
