@@ -202,9 +202,9 @@ int nf_cuda_matmul_swiglu(nf_cuda *c, const nf_cuda_mat *w, float *g, const floa
                           const int32_t *ids, float *y, int64_t ldy, int nvec);
 /* The MoE's two product pairs as one launch each (cuda_gemv.h, nf_cuda_gemv_run_pair): gate+up of the routed
  * experts (ids) beside the shared expert's gate+up, then the routed down beside the shared down, each with the
- * arguments of nf_cuda_matmul_same (two matrices) or nf_cuda_matmul_swiglu. Returns 1 when both pairs share a
- * launch (and queues nothing: nf_cuda_moe_pair_run then runs them), 0 when the caller runs the four products its
- * own way. */
+ * arguments of nf_cuda_matmul_same (two matrices) or nf_cuda_matmul_swiglu (down_only: the gate+ups as two launches,
+ * shared first, and the downs paired). nf_cuda_moe_pair_ok returns 1 when the pairs share a launch (and queues
+ * nothing: nf_cuda_moe_pair_run then runs them), 0 when the caller runs the four products its own way. */
 typedef struct nf_cuda_moe_pair {
     const nf_cuda_mat *rg, *ru, *rd, *sg, *su, *sd; /* routed gate, up, down; shared gate, up, down */
     const float *x;
@@ -214,6 +214,7 @@ typedef struct nf_cuda_moe_pair {
     float limit;        /* SwiGLU clamp */
     float *a, *b, *out; /* routed gate / up outputs [T*k][rows of rg], down outputs [T*k][n] */
     float *sa, *sb, *shared; /* shared expert: gate / up [T][rows of sg], down [T][n] */
+    int down_only;      /* only the downs paired: shared gate+up, routed gate+up (ids settled), then the pair */
 } nf_cuda_moe_pair;
 int nf_cuda_moe_pair_ok(const nf_cuda_moe_pair *mp);
 int nf_cuda_moe_pair_run(nf_cuda *c, const nf_cuda_moe_pair *mp);

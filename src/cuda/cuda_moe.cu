@@ -56,9 +56,15 @@ static int ids_early(void) {
  * 2.5 us faster than its two launches but the paired gate+up 1.9 us slower, and decode was 0.5% and 2.3% slower in
  * two alternating A/Bs (docs/benchmarks.md): the IQ2_XXS gate+up loses more to the CTAs it gives up than the
  * shared expert's loads gain. */
-static int moe_pair_on(void) {
-    static int cache = -1;
-    return !nf_cuda_env_switch(&cache, "NF_CUDA_MOE_PAIR", "on"); /* the switch is 0 exactly when it is "on" */
+/* NF_CUDA_MOE_PAIR=down: only the two downs paired (the bench's faster pair), the gate+ups as the default order's
+ * two launches. Returns 0 (off), 1 (on), 2 (down). */
+static int moe_pair_mode(void) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("NF_CUDA_MOE_PAIR");
+        mode = e && !strcmp(e, "on") ? 1 : e && !strcmp(e, "down") ? 2 : 0;
+    }
+    return mode;
 }
 
 #define COMBINE_THREADS 256
@@ -152,11 +158,11 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
      * (two launches after the router) can. NF_CUDA_IDS_EARLY=off: routed then shared, the routed products waiting
      * first (the order before, for A/B). The results are the same either way: the products are independent and
      * moe_combine adds them in its fixed order. */
-    if (has_shared && moe_pair_on()) {
+    if (has_shared && moe_pair_mode()) {
         nf_cuda_mat sg = nf_cuda_mat_of(c, &L->gate_shexp), su = nf_cuda_mat_of(c, &L->up_shexp),
                     sd = nf_cuda_mat_of(c, &L->down_shexp);
         const nf_cuda_moe_pair mp = {&g, &u, &d, &sg, &su, &sd, x, n, k, T, expert_of, hp->swiglu_limit,
-                                     a, b, out, sa, sb, shared};
+                                     a, b, out, sa, sb, shared, moe_pair_mode() == 2};
         if (nf_cuda_moe_pair_ok(&mp)) {
             if (nf_cuda_moe_pair_run(c, &mp) < 0) return -1;
             return combine(c, out, expert_of, weight_of, shared, T, k, n, y);
