@@ -49,20 +49,20 @@ static int ids_early(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_IDS_EARLY", "off");
 }
 
-/* NF_CUDA_MOE_PAIR=on: in decode, the routed experts' gate+up and the shared expert's gate+up in one launch, then
- * the two downs in one (nf_cuda_moe_pair_run): the 2-bit routed products are bound by their decode instructions,
- * the shared expert's Q8_0 by its loads, and one launch's CTAs of both kinds share the SMs; two launches per layer
- * fewer. The same values (every row as in its own launch). Opt-in: on the H100 (session 18) the paired down ran
- * 2.5 us faster than its two launches but the paired gate+up 1.9 us slower, and decode was 0.5% and 2.3% slower in
- * two alternating A/Bs (docs/benchmarks.md): the IQ2_XXS gate+up loses more to the CTAs it gives up than the
- * shared expert's loads gain. */
-/* NF_CUDA_MOE_PAIR=down: only the two downs paired (the bench's faster pair), the gate+ups as the default order's
- * two launches. Returns 0 (off), 1 (on), 2 (down). */
+/* In decode the routed experts' down and the shared expert's down run as one launch (nf_cuda_moe_pair_run): the
+ * 2-bit routed product is bound by its decode instructions, the shared expert's Q8_0 by its loads, and one launch's
+ * CTAs of both kinds share the SMs. The same values (every row as in its own launch). NF_CUDA_MOE_PAIR selects:
+ *   down (default): the downs paired, the gate+ups as two launches in the default order (shared first). On the
+ *     H100 (session 18, glm53@32:q2) decode +1.9% and +1.2% by the medians of two alternating A/Bs (3 and 4 runs
+ *     per arm, 6 of 7 pairs faster), the same greedy tokens; the bench: 25.50 -> 22.99 us for the pair;
+ *   on: the gate+ups paired too: that pair is slower (45.06 -> 46.97 us: the IQ2_XXS gate+up loses more to the
+ *     CTAs it gives up than the shared expert's loads gain) and decode was 0.5% and 2.3% slower;
+ *   off: four launches (A/B). Returns 0 (off), 1 (on), 2 (down). */
 static int moe_pair_mode(void) {
     static int mode = -1;
     if (mode < 0) {
         const char *e = getenv("NF_CUDA_MOE_PAIR");
-        mode = e && !strcmp(e, "on") ? 1 : e && !strcmp(e, "down") ? 2 : 0;
+        mode = e && !strcmp(e, "on") ? 1 : e && !strcmp(e, "off") ? 0 : 2;
     }
     return mode;
 }
