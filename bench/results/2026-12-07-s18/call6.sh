@@ -1,0 +1,23 @@
+# session 18, device call 6 (H200 wanted: glm53:q2, 97.6 GB, does not fit an H100; carry .nfcarry-s18.tar.xz at
+# the session's last commit): issue 7 and 8's figures on the H200 with the session's defaults (split hc projection
+# + fold, early GEMV copies, the MoE downs paired, one-pass prefill projection, tensor-core MLA core), none since
+# session 11: the backend tests, then decode at depth (--fill synthetic 2048, 65536, 300000, 1048000), the prefill
+# sweep (2048, 8192, 32768, 65536) and the cold 62k prefill. On an H100 it runs glm53@32:q2 instead.
+set -x
+CAP=${CAP:-300}
+W=/tmp/w6; R=$W/r; mkdir -p $R; C=/tmp/c6; mkdir -p $C; tar xJf .nfcarry-s18.tar.xz -C $C
+export NF_BUILD=$C
+save() { tar czf $OUT/res.tgz -C $W r; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version,memory.total,memory.free --format=csv > $R/smi.txt
+mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+if [ "$mem" -gt 120000 ]; then M=glm53:q2; else M=glm53@32:q2; fi; echo "model $M" > $R/model.txt
+timeout 80 $C/nf-gpu-tests --quick --only backend > $R/gpu-tests.txt 2>&1; echo "rc=$?" >> $R/gpu-tests.txt
+save
+S="--backend cuda --synthetic $M"
+left=$((CAP - 150 - SECONDS)); [ $left -gt 30 ] && timeout $left $C/nf-bench $S --fill synthetic --frontiers 2048,65536,300000,1048000 --gen 16 --warmup 16 > $R/depth.csv 2>$R/depth.err
+save
+left=$((CAP - 60 - SECONDS)); [ $left -gt 30 ] && timeout $left $C/nf-bench $S --frontiers 2048,8192,32768,65536 --gen 4 --warmup 4 > $R/prefill.csv 2>$R/prefill.err
+save
+left=$((CAP - 3 - SECONDS)); [ $left -gt 30 ] && timeout $left $C/nf-bench $S --frontiers 62000 --gen 4 --warmup 4 > $R/prefill62k.csv 2>$R/prefill62k.err
+save
+echo "elapsed $SECONDS s"
