@@ -139,7 +139,7 @@ __device__ __forceinline__ void load_acts(const gemm_args &a, const float *const
 template <int BN> constexpr size_t bf16_smem_bytes() { return (size_t)2 * (BM + BN) * KP * 2 + TAB_BYTES; }
 
 template <int TY, int BN>
-__global__ void __launch_bounds__(NT, 2) gemm_bf16_kernel(gemm_args a) {
+__global__ void __launch_bounds__(NT, BN == 128 ? 1 : 2) gemm_bf16_kernel(gemm_args a) {
     NF_PDL_ENTER();
     constexpr int WG = BM * BK / 8 / NT;      /* weight groups (8 values) per thread and step */
     constexpr int WROWS = NT / (BK / 8);      /* rows covered by one pass of the threads */
@@ -473,7 +473,19 @@ template <int TY> cudaError_t launch_f32(const gemm_args &a, dim3 grid, cudaStre
 }
 template <int TY> cudaError_t launch(const gemm_args &a, dim3 grid, nf_gemm_mode mode, int bn, cudaStream_t st) {
     if (mode == NF_GEMM_F32) return launch_f32<TY>(a, grid, st);
-    return bn == 32 ? launch_bf16<TY, 32>(a, grid, st) : launch_bf16<TY, 64>(a, grid, st);
+    return bn == 32 ? launch_bf16<TY, 32>(a, grid, st) : bn == 128 ? launch_bf16<TY, 128>(a, grid, st) : launch_bf16<TY, 64>(a, grid, st);
+}
+
+/* NF_CUDA_GEMM_BN128=ids|all: vector tiles of 128 for the routed experts (ids: glm53's ~114 tokens per expert in a
+ * 4096-token chunk then share one tile, so each weight tile is dequantized once instead of twice) or for every
+ * product of >= 96 vectors per matrix; off (default) 64 at most. Opt-in until measured on a GPU (session 18). */
+int bn128_mode(void) {
+    static int mode = -1;
+    if (mode < 0) {
+        const char *e = getenv("NF_CUDA_GEMM_BN128");
+        mode = e && !strcmp(e, "ids") ? 1 : e && !strcmp(e, "all") ? 2 : 0;
+    }
+    return mode;
 }
 
 /* IQ2_XXS tables: this file's constant copy, loaded once per device */
@@ -530,7 +542,8 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
     /* vectors per matrix decide the vector tile: a small tile wastes less on lightly loaded experts */
     const int64_t groups = ids ? (w->nmat < nvec ? w->nmat : nvec) : smod;
     const int64_t per = (nvec + groups - 1) / groups;
-    const int bn = mode == NF_GEMM_F32 ? SBN : per >= 48 ? 64 : 32;
+    const int wide = bn128_mode() == 2 || (bn128_mode() == 1 && ids);
+    const int bn = mode == NF_GEMM_F32 ? SBN : wide && per >= 96 ? 128 : per >= 48 ? 64 : 32;
     const unsigned gx = (unsigned)((w->rows + BM - 1) / BM);
     dim3 grid;
     void *scratch = nullptr;

@@ -184,6 +184,15 @@ static void check_type(uint32_t type) {
     gemm_case wide = {"4 experts, 300 vectors", 130, n, 4, 300, 2, 1, ids, n, 130, NF_GEMM_AUTO};
     run_case(type, &wide);
     free(ids);
+    /* >= 96 vectors per matrix: the 128-vector tiles with NF_CUDA_GEMM_BN128=ids|all (a full tile and a partial
+     * one of 2 for each expert; 230 dense vectors: one full, one partial), the 64-vector ones without; the product's order of additions does not depend on
+     * the tile, so both runs give the same tolerance */
+    ids = make_ids(130, 2, 2, 1, 0);
+    gemm_case deep = {"2 experts, 260 vectors", 130, n, 2, 260, 2, 1, ids, n, 130, NF_GEMM_AUTO};
+    run_case(type, &deep);
+    free(ids);
+    gemm_case dense230 = {"dense, 230 vectors", 140, n, 1, 230, 1, 1, NULL, ldx, 141, NF_GEMM_AUTO};
+    run_case(type, &dense230);
 }
 
 static void check_modes_and_refusals(void) {
@@ -300,6 +309,11 @@ static void bench(void) {
     for (size_t i = 0; i < sizeof up_types / sizeof up_types[0]; i++)
         bench_one("288 x 2048x4096 experts, T 512 k 8", up_types[i], 2048, 4096, 288, 512, 8, NF_GEMM_AUTO);
     bench_one("288 x 2048x4096 experts, T 2048 k 8", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 2048, 8, NF_GEMM_AUTO);
+    /* a 4096-token prefill chunk of glm53's routed experts: ~114 vectors per expert (NF_CUDA_GEMM_BN128=ids gives
+     * them one 128-vector tile instead of two of 64) */
+    bench_one("288 x 2048x4096 experts, T 4096 k 8", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 4096, 8, NF_GEMM_AUTO);
+    bench_one("288 x 4096x2048 experts, T 4096 k 8", NF_TYPE_Q2_K, 4096, 2048, 288, 4096, 8, NF_GEMM_AUTO);
+    bench_one("4096x4096, T 4096", NF_TYPE_Q8_0, 4096, 4096, 1, 4096, 1, NF_GEMM_AUTO);
     static const uint32_t down_types[] = {NF_TYPE_Q2_K, NF_TYPE_Q4_K};
     for (size_t i = 0; i < sizeof down_types / sizeof down_types[0]; i++)
         bench_one("288 x 4096x2048 experts, T 512 k 8", down_types[i], 4096, 2048, 288, 512, 8, NF_GEMM_AUTO);
