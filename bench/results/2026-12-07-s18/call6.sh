@@ -18,7 +18,7 @@ save
 # the 128-vector GEMM tiles (NF_CUDA_GEMM_BN128, opt-in): the GEMM bench both ways, then prefill A/B (8192 tokens)
 for v in off ids; do NF_CUDA_GEMM_BN128=$v timeout 40 $C/nf-gpu-tests --only gemm --bench > $R/gemm-bench-$v-$SECONDS.txt 2>&1; done
 S="--backend cuda --synthetic $M"
-i=0; for v in off ids all all ids off; do i=$((i+1)); [ $SECONDS -lt $((CAP - 170)) ] && NF_CUDA_GEMM_BN128=$v timeout 60 $C/nf-bench $S --frontiers 8192 --gen 1 --warmup 2 > $R/pp-$i-$v.csv 2>$R/pp-$i-$v.err; done
+i=0; for v in off ids all all ids off; do i=$((i+1)); [ $SECONDS -lt $((CAP - 30)) ] && NF_CUDA_GEMM_BN128=$v timeout 60 $C/nf-bench $S --frontiers 8192 --gen 1 --warmup 2 > $R/pp-$i-$v.csv 2>$R/pp-$i-$v.err; done
 save
 left=$((CAP - 150 - SECONDS)); [ $left -gt 30 ] && timeout $left $C/nf-bench $S --fill synthetic --frontiers 2048,65536,300000,1048000 --gen 16 --warmup 16 > $R/depth.csv 2>$R/depth.err
 save
