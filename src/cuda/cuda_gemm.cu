@@ -480,12 +480,9 @@ template <int TY> cudaError_t launch(const gemm_args &a, dim3 grid, nf_gemm_mode
  * 4096-token chunk then share one tile, so each weight tile is dequantized once instead of twice) or for every
  * product of >= 96 vectors per matrix; off (default) 64 at most. Opt-in until measured on a GPU (session 18). */
 int bn128_mode(void) {
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("NF_CUDA_GEMM_BN128");
-        mode = e && !strcmp(e, "ids") ? 1 : e && !strcmp(e, "all") ? 2 : 0;
-    }
-    return mode;
+    static int cache = -1;
+    static const char *const names[] = {"off", "ids", "all"};
+    return nf_cuda_env_choice(&cache, "NF_CUDA_GEMM_BN128", names, 3, 0);
 }
 
 /* IQ2_XXS tables: this file's constant copy, loaded once per device */

@@ -972,21 +972,16 @@ extern "C" int nf_cuda_gemv_init(void) {
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
     /* all of the SM's L1/shared storage as shared memory: the kernels use no L1 to speak of, and a smaller
      * carveout could hold fewer CTAs than the occupancy the grid is sized for */
-    for (int i = 0; i < N_STREAM && e == cudaSuccess; i++)
-        for (int r = 0; r < 4 && e == cudaSuccess; r++) {
-            e = cudaFuncSetAttribute(k_stream[i].k[r], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
-            if (e == cudaSuccess)
-                e = cudaFuncSetAttribute(k_stream[i].k[r], cudaFuncAttributePreferredSharedMemoryCarveout,
-                                         cudaSharedmemCarveoutMaxShared);
-        }
-    for (int i = 0; i < N_PAIR && e == cudaSuccess; i++)
-        for (int ra = 0; ra < 3 && e == cudaSuccess; ra++)
-            for (int rb = 0; rb < 3 && e == cudaSuccess; rb++) {
-                e = cudaFuncSetAttribute(k_pair[i].k[ra][rb], cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
-                if (e == cudaSuccess)
-                    e = cudaFuncSetAttribute(k_pair[i].k[ra][rb], cudaFuncAttributePreferredSharedMemoryCarveout,
-                                             cudaSharedmemCarveoutMaxShared);
-            }
+    auto full_smem = [&](const void *k) {
+        if (e == cudaSuccess) e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_max);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    };
+    for (int i = 0; i < N_STREAM; i++)
+        for (int r = 0; r < 4; r++) full_smem((const void *)k_stream[i].k[r]);
+    for (int i = 0; i < N_PAIR; i++)
+        for (int ra = 0; ra < 3; ra++)
+            for (int rb = 0; rb < 3; rb++) full_smem((const void *)k_pair[i].k[ra][rb]);
     g_smem_optin = smem_max;
     long cta = 0, rmax = 0;
     if (env_int("NF_GEMV_FLIGHT", 4096, 1048576, &g_flight_goal) < 0 || env_int("NF_GEMV_CTA", 64, GEMV_MAX_THREADS, &cta) < 0 ||
@@ -1380,6 +1375,26 @@ static int plan_pair(const nf_gemv_job *a, const nf_gemv_job *b, pair_plan *pp) 
     return g_smem_optin <= 0 || pp->smem <= (size_t)g_smem_optin;
 }
 
+/* CTAs of the pair's kernel per SM, asked of the runtime once per (kernel, threads, shared memory): a decode step
+ * launches the same few pairs at every MoE layer, and the query is host time on that path (as plan_stream's memo) */
+static int pair_occupancy(const pair_plan &pp) {
+    static struct {
+        pair_fn k;
+        int threads, per_sm;
+        size_t smem;
+    } memo[32];
+    static int n_memo = 0;
+    for (int i = 0; i < n_memo; i++)
+        if (memo[i].k == pp.k && memo[i].threads == pp.a.threads && memo[i].smem == pp.smem) return memo[i].per_sm;
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pp.k, pp.a.threads, pp.smem) != cudaSuccess || per_sm < 1) {
+        (void)cudaGetLastError();
+        per_sm = 1;
+    }
+    if (n_memo < 32) memo[n_memo++] = {pp.k, pp.a.threads, per_sm, pp.smem};
+    return per_sm;
+}
+
 extern "C" int nf_cuda_gemv_pairs(const nf_gemv_job *a, const nf_gemv_job *b) {
     if (!g_sms && nf_cuda_gemv_init() < 0) return 0;
     if (job_check(a) || job_check(b)) return 0;
@@ -1397,11 +1412,7 @@ extern "C" int nf_cuda_gemv_run_pair(const nf_gemv_job *a, const nf_gemv_job *b,
     job_params(a, &pa);
     job_params(b, &pb);
     if (stream_params(a, &pp.a, &pa) < 0 || stream_params(b, &pp.b, &pb) < 0) return -1;
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, pp.k, pp.a.threads, pp.smem) != cudaSuccess || per_sm < 1) {
-        (void)cudaGetLastError();
-        per_sm = 1;
-    }
+    const int per_sm = pair_occupancy(pp);
     /* one wave shared by cost (pair_cost), each problem of either job at least one CTA */
     const int npa = grid_problems(a), npb = grid_problems(b);
     const int64_t wave = (int64_t)g_sms * per_sm;

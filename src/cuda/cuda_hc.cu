@@ -526,12 +526,9 @@ static unsigned blocks_for(int64_t n) {
 /* NF_CUDA_HC_SINKHORN=warp|block: the one-warp or the block-wide projection instead of one thread's registers (the
  * default for hc = 4); A/B, the same values */
 static int hc_sinkhorn_mode(void) {
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("NF_CUDA_HC_SINKHORN");
-        mode = e && !strcmp(e, "block") ? HC_SINKHORN_BLOCK : e && !strcmp(e, "warp") ? HC_SINKHORN_WARP : HC_SINKHORN_REGS;
-    }
-    return mode;
+    static int cache = -1;
+    static const char *const names[] = {"block", "warp"}; /* HC_SINKHORN_BLOCK, HC_SINKHORN_WARP */
+    return nf_cuda_env_choice(&cache, "NF_CUDA_HC_SINKHORN", names, 2, HC_SINKHORN_REGS);
 }
 
 /* NF_CUDA_NORM_ROW4=off: the norms' strided loops instead of a row held as float4s in registers (A/B; the same

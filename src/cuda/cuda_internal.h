@@ -203,8 +203,8 @@ int nf_cuda_matmul_swiglu(nf_cuda *c, const nf_cuda_mat *w, float *g, const floa
 /* The MoE's two product pairs as one launch each (cuda_gemv.h, nf_cuda_gemv_run_pair): gate+up of the routed
  * experts (ids) beside the shared expert's gate+up, then the routed down beside the shared down, each with the
  * arguments of nf_cuda_matmul_same (two matrices) or nf_cuda_matmul_swiglu (down_only: the gate+ups as two launches,
- * shared first, and the downs paired). nf_cuda_moe_pair_ok returns 1 when the pairs share a launch (and queues
- * nothing: nf_cuda_moe_pair_run then runs them), 0 when the caller runs the four products its own way. */
+ * shared first, and the downs paired). nf_cuda_moe_run_pairs returns 1 when it queued the four products so, 0 when the
+ * pairs cannot share a launch (nothing queued: the caller runs the products its own way), -1 on error. */
 typedef struct nf_cuda_moe_pair {
     const nf_cuda_mat *rg, *ru, *rd, *sg, *su, *sd; /* routed gate, up, down; shared gate, up, down */
     const float *x;
@@ -216,8 +216,7 @@ typedef struct nf_cuda_moe_pair {
     float *sa, *sb, *shared; /* shared expert: gate / up [T][rows of sg], down [T][n] */
     int down_only;      /* only the downs paired: shared gate+up, routed gate+up (ids settled), then the pair */
 } nf_cuda_moe_pair;
-int nf_cuda_moe_pair_ok(const nf_cuda_moe_pair *mp);
-int nf_cuda_moe_pair_run(nf_cuda *c, const nf_cuda_moe_pair *mp);
+int nf_cuda_moe_run_pairs(nf_cuda *c, const nf_cuda_moe_pair *mp);
 /* y = W RMSNorm(x) (no norm weight; T rows of ldx, eps): in decode, when the kernel can (nf_cuda_gemv_norms_x: the
  * hc projection of glm53), one launch that normalises the row itself bit for bit; otherwise
  * nf_cuda_rmsnorm_rows into scratch and the product. The same values either way. */

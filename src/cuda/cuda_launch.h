@@ -33,13 +33,25 @@ int nf_cuda_pdl_enabled(void);
 /* a forward of T tokens starts (NF_CUDA_PDL=decode uses PDL for decode-sized forwards only) */
 void nf_cuda_pdl_forward(int T);
 
-/* The A/B switches of kernel variants (NF_GEMV_STAGE_X, NF_CUDA_HC_SINKHORN, NF_CUDA_MLA_SPLIT,
+/* The A/B switches of kernel variants (NF_GEMV_STAGE_X, NF_CUDA_MLA_SPLIT,
  * NF_CUDA_MLA_TWOPASS, NF_CUDA_KDA_PREP): 1 unless the environment variable `name` equals `off_value`; read once
  * per call site, which passes its own cache (-1 = not read yet). */
 static inline int nf_cuda_env_switch(int *cache, const char *name, const char *off_value) {
     if (*cache < 0) {
         const char *e = getenv(name);
         *cache = !(e && !strcmp(e, off_value));
+    }
+    return *cache;
+}
+
+/* A switch of more than two settings (NF_CUDA_HC_SINKHORN, NF_CUDA_MOE_PAIR, NF_CUDA_GEMM_BN128): i when the
+ * environment variable `name` equals values[i] (i < n), else dflt; read once per call site (cache as above). */
+static inline int nf_cuda_env_choice(int *cache, const char *name, const char *const *values, int n, int dflt) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = dflt;
+        for (int i = 0; e && i < n; i++)
+            if (!strcmp(e, values[i])) *cache = i;
     }
     return *cache;
 }

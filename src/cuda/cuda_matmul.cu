@@ -385,13 +385,13 @@ static void moe_pair_jobs(const nf_cuda_moe_pair *mp, nf_gemv_job j[4]) {
     j[2] = decode_job(mp->rd, mp->a, I, 1, mp->ids, mp->out, mp->n, mp->T * mp->k);
     j[2].xup = mp->b;
     j[2].act_limit = mp->limit;
-    j[2].ids_settled = 1; /* the router ran two (down_only: three) launches before it (nf_cuda_moe_pair_run) */
+    j[2].ids_settled = 1; /* the router ran two (down_only: three) launches before it (nf_cuda_moe_run_pairs) */
     j[3] = decode_job(mp->sd, mp->sa, Is, 1, nullptr, mp->shared, mp->n, mp->T);
     j[3].xup = mp->sb;
     j[3].act_limit = mp->limit;
 }
 
-int nf_cuda_moe_pair_ok(const nf_cuda_moe_pair *mp) {
+int nf_cuda_moe_run_pairs(nf_cuda *c, const nf_cuda_moe_pair *mp) {
     if (mp->T * mp->k > NF_CUDA_GEMV_MAX_VECTORS || !fuse_x()) return 0;
     const nf_cuda_mat *gu[4] = {mp->rg, mp->ru, mp->sg, mp->su};
     for (int i = 0; i < 4; i++) /* gate and up of one kind: one job (matmul_group's rule) */
@@ -401,27 +401,21 @@ int nf_cuda_moe_pair_ok(const nf_cuda_moe_pair *mp) {
     if (!mp->rd->w || !mp->sd->w) return 0;
     nf_gemv_job j[4];
     moe_pair_jobs(mp, j);
-    return nf_cuda_gemv_stages_x(&j[2]) && nf_cuda_gemv_stages_x(&j[3]) &&
-           (mp->down_only || nf_cuda_gemv_pairs(&j[0], &j[1])) && nf_cuda_gemv_pairs(&j[2], &j[3]);
-}
-
-int nf_cuda_moe_pair_run(nf_cuda *c, const nf_cuda_moe_pair *mp) {
-    nf_gemv_job j[4];
-    moe_pair_jobs(mp, j);
+    if (!nf_cuda_gemv_stages_x(&j[2]) || !nf_cuda_gemv_stages_x(&j[3]) ||
+        (!mp->down_only && !nf_cuda_gemv_pairs(&j[0], &j[1])) || !nf_cuda_gemv_pairs(&j[2], &j[3]))
+        return 0;
     if (mp->down_only) {
         /* the shared gate+up between the router and the routed one, which then reads its ids early (as
          * nf_cuda_moe_block's default order) */
         j[0].ids_settled = 1;
         if (run_job(c, &j[1]) < 0 || run_job_as_is(c, &j[0]) < 0) return -1;
-        if (nf_cuda_gemv_run_pair(&j[2], &j[3], c->stream) < 0) return -1;
-        if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
-        return 0;
-    }
-    for (int p = 0; p < 2; p++) {
-        if (nf_cuda_gemv_run_pair(&j[2 * p], &j[2 * p + 1], c->stream) < 0) return -1;
+    } else {
+        if (nf_cuda_gemv_run_pair(&j[0], &j[1], c->stream) < 0) return -1;
         if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
     }
-    return 0;
+    if (nf_cuda_gemv_run_pair(&j[2], &j[3], c->stream) < 0) return -1;
+    if (g_sync) NF_CU(cudaStreamSynchronize(c->stream));
+    return 1;
 }
 
 int nf_cuda_matmul_rmsnormed(nf_cuda *c, const nf_cuda_mat *w, const float *x, int T, int64_t ldx, float eps,

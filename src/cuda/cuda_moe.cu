@@ -49,7 +49,7 @@ static int ids_early(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_IDS_EARLY", "off");
 }
 
-/* In decode the routed experts' down and the shared expert's down run as one launch (nf_cuda_moe_pair_run): the
+/* In decode the routed experts' down and the shared expert's down run as one launch (nf_cuda_moe_run_pairs): the
  * 2-bit routed product is bound by its decode instructions, the shared expert's Q8_0 by its loads, and one launch's
  * CTAs of both kinds share the SMs. The same values (every row as in its own launch). NF_CUDA_MOE_PAIR selects:
  *   down (default): the downs paired, the gate+ups as two launches in the default order (shared first). On the
@@ -59,12 +59,9 @@ static int ids_early(void) {
  *     CTAs it gives up than the shared expert's loads gain) and decode was 0.5% and 2.3% slower;
  *   off: four launches (A/B). Returns 0 (off), 1 (on), 2 (down). */
 static int moe_pair_mode(void) {
-    static int mode = -1;
-    if (mode < 0) {
-        const char *e = getenv("NF_CUDA_MOE_PAIR");
-        mode = e && !strcmp(e, "on") ? 1 : e && !strcmp(e, "off") ? 0 : 2;
-    }
-    return mode;
+    static int cache = -1;
+    static const char *const names[] = {"off", "on"};
+    return nf_cuda_env_choice(&cache, "NF_CUDA_MOE_PAIR", names, 2, 2);
 }
 
 #define COMBINE_THREADS 256
@@ -163,10 +160,9 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
                     sd = nf_cuda_mat_of(c, &L->down_shexp);
         const nf_cuda_moe_pair mp = {&g, &u, &d, &sg, &su, &sd, x, n, k, T, expert_of, hp->swiglu_limit,
                                      a, b, out, sa, sb, shared, moe_pair_mode() == 2};
-        if (nf_cuda_moe_pair_ok(&mp)) {
-            if (nf_cuda_moe_pair_run(c, &mp) < 0) return -1;
-            return combine(c, out, expert_of, weight_of, shared, T, k, n, y);
-        }
+        const int rc = nf_cuda_moe_run_pairs(c, &mp);
+        if (rc < 0) return -1;
+        if (rc) return combine(c, out, expert_of, weight_of, shared, T, k, n, y);
     }
     const int early = ids_early();
     if (early && has_shared && mlp_in(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared, sa, sb) < 0)

@@ -609,7 +609,8 @@ static int check_pair(const char *name, const pair_side *pa, const pair_side *pb
     return ok;
 }
 
-static int check_pairs(int small) {
+/* the pair cases; adds their count to *total, returns the failures */
+static int check_pairs(int small, int *total) {
     /* type, rows, cols, slices, nmat, nvec, xdiv, ids, swiglu */
     /* row lengths whose rows are whole 16-byte chunks (the streaming kernels' condition): IQ2_XXS 2048k, Q2_K 1024k */
     const int64_t I = small ? 96 : 2048, n = small ? 2048 : 4096, E = small ? 6 : 64, Id = small ? 1024 : 2048;
@@ -620,12 +621,17 @@ static int check_pairs(int small) {
     const pair_side q8 = {NF_TYPE_Q8_0, 64, 512, 5, 2, 8, 4, 1, 0}, q8s = {NF_TYPE_Q8_0, 80, 512, 1, 2, 2, 1, 0, 0};
     /* formats without a pair kernel: two launches, the same bits */
     const pair_side f32 = {NF_TYPE_F32, 64, 512, 5, 2, 8, 8, 1, 0};
+    const struct {
+        const char *name;
+        const pair_side *a, *b;
+        int paired;
+    } cases[] = {{"moe_gate_up", &rgu, &sgu, 1}, {"moe_down", &rd, &sd, 1}, {"q4_gate_up", &q4, &q4s, 1},
+                 {"q8_2tokens", &q8, &q8s, 1}, {"f32_fallback", &f32, &q8s, 0}};
     int fails = 0;
-    fails += !check_pair("moe_gate_up", &rgu, &sgu, 1);
-    fails += !check_pair("moe_down", &rd, &sd, 1);
-    fails += !check_pair("q4_gate_up", &q4, &q4s, 1);
-    fails += !check_pair("q8_2tokens", &q8, &q8s, 1);
-    fails += !check_pair("f32_fallback", &f32, &q8s, 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fails += !check_pair(cases[i].name, cases[i].a, cases[i].b, cases[i].paired);
+        (*total)++;
+    }
     return fails;
 }
 
@@ -817,9 +823,7 @@ int nf_gpu_test_gemv(int bench) {
             failed += !check_case(types[i], &cases[c]);
         }
     if (checks) {
-        const int pf = check_pairs(small);
-        total += 5;
-        failed += pf;
+        failed += check_pairs(small, &total);
     }
     if (dump_file()) fflush(dump_file());
     if (checks) printf("gemv: %d passed, %d failed\n", total - failed, failed);
