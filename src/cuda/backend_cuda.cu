@@ -184,6 +184,7 @@ static void cu_destroy(nf_backend *be) {
         for (int i = 0; i < c->n_vecs; i++) cudaFree(c->vecs[i].val);
         free(c->vecs);
         if (c->dweights) cudaFree(c->dweights);
+        if (c->router_done) cudaFree(c->router_done);
         free(c->segs);
         if (c->tok_host) cudaFreeHost(c->tok_host);
         if (c->tok_ev) cudaEventDestroy(c->tok_ev);
@@ -403,7 +404,9 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
         (e = cudaEventCreateWithFlags(&c->tok_ev, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&c->peer_ev, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaDeviceGetDefaultMemPool(&pool, device)) != cudaSuccess ||
-        (e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr)) != cudaSuccess) {
+        (e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&c->router_done, sizeof *c->router_done)) != cudaSuccess ||
+        (e = cudaMemset(c->router_done, 0, sizeof *c->router_done)) != cudaSuccess) {
         nf_fail("cuda backend: %s", cudaGetErrorString(e));
         cu_destroy(be);
         return nullptr;

@@ -66,6 +66,8 @@ struct nf_cuda {
     /* set by the MoE block around products whose expert ids were written two or more launches earlier
      * (nf_gemv_job.ids_settled) */
     int ids_settled;
+    /* the fused router's count of finished CTAs (cuda_router.cu: router_fused_kernel; zero between launches) */
+    unsigned int *router_done;
     uint8_t *arena;
     size_t arena_cap, arena_used, arena_need;
     /* direct launches (no graphs): small allocations also come from the arena, bump-allocated while any is live

@@ -43,6 +43,13 @@ int nf_cuda_dense_mlp(nf_backend *be, int il, const float *x, int T, float *y) {
     return mlp(c, &L->ffn_gate, &L->ffn_up, &L->ffn_down, x, T, c->m->hp.swiglu_limit, y);
 }
 
+/* NF_CUDA_ROUTER_FUSED=on: decode's router product and routing in one launch (nf_cuda_router_fused; the logits
+ * rounded as that kernel adds them, not as the GEMV engine does). Opt-in until measured */
+static int router_fused_on(void) {
+    static int cache = -1;
+    return !nf_cuda_env_switch(&cache, "NF_CUDA_ROUTER_FUSED", "on"); /* the switch is 0 exactly when it is "on" */
+}
+
 /* NF_CUDA_IDS_EARLY=off: see nf_cuda_moe_block */
 static int ids_early(void) {
     static int cache = -1;
@@ -145,9 +152,14 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     float *sa = has_shared ? sc.get<float>((size_t)T * Is) : nullptr, *sb = has_shared ? sc.get<float>((size_t)T * Is) : nullptr;
     if (!logit || !weight_of || !a || !b || !out || !expert_of || (has_shared && (!shared || !sa || !sb)))
         return nf_fail("cuda moe: out of device memory");
-    if (nf_cuda_matmul(c, &r, x, T, n, logit, E) < 0) return -1;
-    if (nf_cuda_router(c->stream, logit, bias, T, E, k, hp->expert_weights_norm, hp->expert_weights_scale, expert_of,
-                       weight_of) < 0)
+    const int fused = router_fused_on() && r.type == NF_TYPE_F32 && r.w && r.n == n && r.rows == E &&
+                      r.row_bytes == (size_t)n * sizeof(float) &&
+                      nf_cuda_router_fused(c->stream, (const float *)r.w, n, x, n, T, bias, E, k,
+                                           hp->expert_weights_norm, hp->expert_weights_scale, logit, expert_of,
+                                           weight_of, c->router_done);
+    if (!fused && (nf_cuda_matmul(c, &r, x, T, n, logit, E) < 0 ||
+                   nf_cuda_router(c->stream, logit, bias, T, E, k, hp->expert_weights_norm, hp->expert_weights_scale,
+                                  expert_of, weight_of) < 0))
         return -1;
     /* The shared expert (two launches: gate+up, down) goes between the router and the routed experts, so that
      * the router has completed when they start (PDL, cuda_launch.h): they read the ids and start copying their

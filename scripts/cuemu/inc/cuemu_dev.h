@@ -125,6 +125,8 @@ inline int __ffs(int v) { return __builtin_ffs(v); }
 /* atomics: fibers never preempt each other, so a plain read-modify-write is atomic */
 template <class T> T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
 template <class T> T atomicMax(T *p, T v) { T o = *p; if (v > o) *p = v; return o; }
+/* blocks run one after another: every write is visible to the blocks after it */
+inline void __threadfence() {}
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 inline float __fmul_rn(float a, float b) { return a * b; }
