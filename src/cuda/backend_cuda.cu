@@ -174,12 +174,15 @@ static int cu_head(nf_backend *be, const float *X, int T, float *logits) {
     return nf_cuda_matmul(c, &w, z, T, n, logits, hp->n_vocab);
 }
 
+extern "C" unsigned long long nf_cuda_combines_folded(nf_backend *be) { return ((nf_cuda *)be->impl)->combines_folded; }
+
 static void cu_destroy(nf_backend *be) {
     if (!be) return;
     nf_cuda *c = (nf_cuda *)be->impl;
     if (c) {
         nf_cuda_use_device(c->device);
         if (c->stream) cudaStreamSynchronize(c->stream);
+        if (c->pending.y) nf_cuda_combine_done(c);
         nf_cuda_graph_free(c);
         for (int i = 0; i < c->n_vecs; i++) cudaFree(c->vecs[i].val);
         free(c->vecs);
@@ -413,6 +416,10 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
     }
     be->layer_begin = l0;
     be->layer_end = l1;
+    /* NF_CUDA_COMBINE_FOLD=on: decode's MoE combine done by the next site's hc projection (cuda_moe.cu: finish).
+     * Read per backend, so that a test can compare two backends; opt-in until measured */
+    const char *cf = getenv("NF_CUDA_COMBINE_FOLD");
+    c->combine_fold = cf && !strcmp(cf, "on");
     if (nf_cuda_formats_init() < 0 || (l1 ? upload_layers(c, l0, l1) : upload(c)) < 0) {
         cu_destroy(be);
         return nullptr;

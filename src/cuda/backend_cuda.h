@@ -31,6 +31,10 @@ nf_backend *nf_backend_cuda_create_layers(const nf_model *m, int device, int lay
  * cache stays true). 0, or -1 with nf_error(). */
 int nf_cuda_set_device(int device);
 
+/* MoE combines that this backend's hc projections took (NF_CUDA_COMBINE_FOLD=on; cuda_moe.cu): tests check that the
+ * folded path ran. */
+unsigned long long nf_cuda_combines_folded(nf_backend *be);
+
 /* CUDA devices visible (0 when none or on error). */
 int nf_cuda_device_count(void);
 

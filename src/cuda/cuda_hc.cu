@@ -247,10 +247,17 @@ __device__ __forceinline__ float hc_post_value(const float *post, const float *c
 #define HCP_ROWS_PER_WARP 4
 #define HCP_THREADS 256
 #define HCP_MAX_ROWS (HCP_ROWS_PER_WARP * HCP_THREADS / 32)
+/* a pending MoE combine for the POST update (nf_cuda::pending): y[t][e] = the slots' out[t][slot][e] times their
+ * weights added in ascending expert order, then shared[t][e], as moe_combine_kernel computes it; out NULL: y given */
+struct hc_combine_in {
+    const float *out, *weight_of, *shared;
+    const int32_t *expert_of;
+    int k;
+};
 template <bool POST>
 __global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *W, int n, int nm, float *X, int64_t ldx,
                                                                    const float *y, const float *mix, float *part,
-                                                                   double *ssq) {
+                                                                   double *ssq, const hc_combine_in cb) {
     const int s = (int)blockIdx.x, S = (int)gridDim.x, t = (int)blockIdx.y;
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, j = lane >> 3;
     const int64_t flat = 4 * (int64_t)n, e = (int64_t)HCP_ELEMS * s + 4 * (lane & 7), k = j * (int64_t)n + e;
@@ -276,7 +283,47 @@ __global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *
             xi[i] = make_float4(__shfl_sync(0xffffffffu, x.x, from), __shfl_sync(0xffffffffu, x.y, from),
                                 __shfl_sync(0xffffffffu, x.z, from), __shfl_sync(0xffffffffu, x.w, from));
         }
-        const float4 yv = *(const float4 *)(y + (size_t)t * n + e);
+        float4 yv;
+        if (cb.out) {
+            /* the combine at this lane's elements: the slots' ascending order as moe_combine_kernel finds it (slot
+             * q's place = the number of smaller experts, the k experts of a token distinct), then the same products
+             * and additions in the same order */
+            __shared__ int order[NF_CUDA_COMBINE_FOLD_KMAX];
+            __shared__ float wgt[NF_CUDA_COMBINE_FOLD_KMAX];
+            const int k = cb.k;
+            if ((int)threadIdx.x < k) {
+                const int32_t *ex = cb.expert_of + (size_t)t * k;
+                const int32_t mine = ex[threadIdx.x];
+                int place = 0;
+#pragma unroll
+                for (int q = 0; q < NF_CUDA_COMBINE_FOLD_KMAX; q++) {
+                    const int32_t eq = q < k ? ex[q] : 0;
+                    place += q < k && (eq < mine || (eq == mine && q < (int)threadIdx.x));
+                }
+                order[place] = threadIdx.x;
+                wgt[place] = cb.weight_of[(size_t)t * k + threadIdx.x];
+            }
+            __syncthreads();
+            float4 v[NF_CUDA_COMBINE_FOLD_KMAX];
+#pragma unroll
+            for (int r = 0; r < NF_CUDA_COMBINE_FOLD_KMAX; r++)
+                if (r < k) v[r] = *(const float4 *)(cb.out + ((size_t)t * k + order[r]) * n + e);
+            yv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int r = 0; r < NF_CUDA_COMBINE_FOLD_KMAX; r++)
+                if (r < k) {
+                    yv.x = __fadd_rn(yv.x, __fmul_rn(v[r].x, wgt[r]));
+                    yv.y = __fadd_rn(yv.y, __fmul_rn(v[r].y, wgt[r]));
+                    yv.z = __fadd_rn(yv.z, __fmul_rn(v[r].z, wgt[r]));
+                    yv.w = __fadd_rn(yv.w, __fmul_rn(v[r].w, wgt[r]));
+                }
+            if (cb.shared) {
+                const float4 sv = *(const float4 *)(cb.shared + (size_t)t * n + e);
+                yv = make_float4(__fadd_rn(yv.x, sv.x), __fadd_rn(yv.y, sv.y), __fadd_rn(yv.z, sv.z), __fadd_rn(yv.w, sv.w));
+            }
+        } else {
+            yv = *(const float4 *)(y + (size_t)t * n + e);
+        }
         const float vx[4] = {xi[0].x, xi[1].x, xi[2].x, xi[3].x}, vy[4] = {xi[0].y, xi[1].y, xi[2].y, xi[3].y},
                     vz[4] = {xi[0].z, xi[1].z, xi[2].z, xi[3].z}, vw[4] = {xi[0].w, xi[1].w, xi[2].w, xi[3].w};
         x = make_float4(hc_post_value<4>(post, comb, 4, j, yv.x, vx), hc_post_value<4>(post, comb, 4, j, yv.y, vy),
@@ -557,7 +604,8 @@ static bool hc_split_enabled(void) {
  * with post_y, the streams X first updated by hc_post(X, post_y, mix) in the same launch. 1 when it ran, 0 when it
  * is off or the shape does not suit it (nothing launched: the caller uses the GEMV), -1 on error (no memory) */
 static int hc_proj_split(nf_cuda *c, const nf_cuda_mat &w, float *X, int T, int hc, int n, int nm, const float *post_y,
-                         const float *mix, nf_cuda_scratch &sc, float **part, double **ssq, int *S) {
+                         const float *mix, const nf_cuda::nf_cuda_combine *cmb, nf_cuda_scratch &sc, float **part,
+                         double **ssq, int *S) {
     const int64_t flat = (int64_t)hc * n;
     if (!hc_split_enabled() || hc != 4 || T > NF_CUDA_GEMV_MAX_VECTORS || w.type != NF_TYPE_F32 || !w.w ||
         nm > HCP_MAX_ROWS || n % HCP_ELEMS || n / HCP_ELEMS > HCP_MAX_SLICES || w.n != flat || w.rows != nm ||
@@ -568,12 +616,14 @@ static int hc_proj_split(nf_cuda *c, const nf_cuda_mat &w, float *X, int T, int 
     *ssq = sc.get<double>((size_t)T * *S);
     if (!*part || !*ssq) return nf_fail("cuda hc_pre: out of device memory");
     const dim3 grid((unsigned)*S, (unsigned)T);
+    hc_combine_in cb = {};
+    if (cmb) cb = {cmb->out, cmb->weight_of, cmb->shared, cmb->expert_of, cmb->k};
     if (post_y)
         nf_launch(hc_proj_part_kernel<true>, grid, HCP_THREADS, 0, c->stream, (const float *)w.w, n, nm, X, flat, post_y,
-                  mix, *part, *ssq);
+                  mix, *part, *ssq, cb);
     else
         nf_launch(hc_proj_part_kernel<false>, grid, HCP_THREADS, 0, c->stream, (const float *)w.w, n, nm, X, flat,
-                  (const float *)nullptr, (const float *)nullptr, *part, *ssq);
+                  (const float *)nullptr, (const float *)nullptr, *part, *ssq, cb);
     NF_LAUNCHED();
     return 1;
 }
@@ -584,7 +634,14 @@ static int hc_proj_split(nf_cuda *c, const nf_cuda_mat &w, float *X, int T, int 
  * projection's launch when it runs, else by hc_post's own launch. X is written only then. */
 static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out, float *mix, const nf_tensor *norm,
                   const float *post_y) {
-    nf_cuda *c = nf_cuda_of(be);
+    nf_cuda *c = nf_cuda_of_keep(be);
+    /* a pending MoE combine into post_y (cuda_moe.cu: finish) goes into the split projection's update; any other
+     * pending combine is written out first */
+    const nf_cuda::nf_cuda_combine *cmb = nullptr;
+    if (c->pending.y) {
+        if (post_y && c->pending.y == post_y && c->pending.T == T) cmb = &c->pending;
+        else if (nf_cuda_combine_flush(c) < 0) return -1;
+    }
     const nf_hparams *hp = &c->m->hp;
     const nf_layer *L = &c->m->layers[il];
     const nf_tensor *fn = site == 0 ? &L->hc_attn_fn : &L->hc_ffn_fn;
@@ -599,7 +656,14 @@ static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out,
     float *part = nullptr, *mm = nullptr;
     double *ssq = nullptr;
     int nparts = 0;
-    const int split = hc_proj_split(c, w, X, T, hc, n, nm, post_y, mix, sc, &part, &ssq, &nparts);
+    const int split = hc_proj_split(c, w, X, T, hc, n, nm, post_y, mix, cmb, sc, &part, &ssq, &nparts);
+    if (cmb) {
+        if (split == 1) { /* launched: the kernel has the inputs, y stays unwritten */
+            nf_cuda_combine_done(c);
+            c->combines_folded++;
+        }
+        else if (nf_cuda_combine_flush(c) < 0) return -1;
+    }
     if (split < 0) return -1;
     if (!split && post_y && nf_cuda_hc_post(be, X, post_y, mix, T) < 0) return -1;
     if (!split) {

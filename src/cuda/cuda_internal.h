@@ -68,6 +68,20 @@ struct nf_cuda {
     int ids_settled;
     /* the fused router's count of finished CTAs (cuda_router.cu: router_fused_kernel; zero between launches) */
     unsigned int *router_done;
+    /* decode's MoE combine left for the next site's hc projection to do at the columns it reads (cuda_moe.cu,
+     * cuda_hc.cu: NF_CUDA_COMBINE_FOLD). While y is set, y has NOT been written: nf_cuda_of (every entry point but
+     * the consumer) first launches the combine into y (nf_cuda_combine_flush), so any other reader sees it. */
+    struct nf_cuda_combine {
+        float *y;                       /* the output the combine stands for; NULL: none pending */
+        const float *out, *weight_of, *shared;
+        const int32_t *expert_of;
+        int T, k, n;
+        void *keep[4];                  /* the inputs' allocations, released once the combine has been launched */
+        int nkeep;
+    } pending;
+    int combine_fold;                   /* NF_CUDA_COMBINE_FOLD at the backend's creation */
+    unsigned long long combines_folded; /* combines the hc projection took (nf_cuda_combines_folded: tests) */
+#define NF_CUDA_COMBINE_FOLD_KMAX 8     /* experts per token the folded combine takes */
     uint8_t *arena;
     size_t arena_cap, arena_used, arena_need;
     /* direct launches (no graphs): small allocations also come from the arena, bump-allocated while any is live
@@ -115,7 +129,21 @@ static inline int nf_cuda_device_now(void) { return nf_cuda_cur_device < 0 ? 0 :
 /* backend.h's from_peer between two CUDA backends (cuda_peer.cu) */
 int nf_cuda_from_peer(nf_backend *be, void *dst, nf_backend *src_be, const void *src, size_t bytes);
 
+/* a pending MoE combine (nf_cuda::pending) launched into its output, its inputs released: 0, or -1 on a launch error
+ * (cuda_moe.cu) */
+int nf_cuda_combine_flush(nf_cuda *c);
+/* the pending combine's inputs released without launching it: its consumer has read them (cuda_moe.cu) */
+void nf_cuda_combine_done(nf_cuda *c);
+
+/* the backend of an entry point, its device made current and a pending MoE combine written out */
 static inline nf_cuda *nf_cuda_of(nf_backend *be) {
+    nf_cuda *c = (nf_cuda *)be->impl;
+    nf_cuda_use_device(c->device);
+    if (c->pending.y) (void)nf_cuda_combine_flush(c); /* a launch error stays for the stream's next check */
+    return c;
+}
+/* the same without the flush: for hc_post_pre_norm, which may take the combine itself */
+static inline nf_cuda *nf_cuda_of_keep(nf_backend *be) {
     nf_cuda *c = (nf_cuda *)be->impl;
     nf_cuda_use_device(c->device);
     return c;
@@ -140,6 +168,16 @@ struct nf_cuda_scratch {
         void *q = nf_cuda_alloc(c, count * sizeof(T) + 64);
         if (q) p[n++] = q;
         return (T *)q;
+    }
+    /* q (one of get's) is no longer released by this scope: the caller owns it */
+    void *keep(const void *q) {
+        for (int i = 0; i < n; i++)
+            if (p[i] == q) {
+                for (int j = i; j + 1 < n; j++) p[j] = p[j + 1];
+                n--;
+                return (void *)q;
+            }
+        return nullptr;
     }
     ~nf_cuda_scratch() {
         for (int i = n - 1; i >= 0; i--) nf_cuda_release(c, p[i]);

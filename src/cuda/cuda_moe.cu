@@ -129,6 +129,47 @@ static int combine(nf_cuda *c, const float *out, const int32_t *expert_of, const
     return 0;
 }
 
+/* the combine into y, or in decode with NF_CUDA_COMBINE_FOLD left pending for the next site's hc projection, which
+ * computes y at the columns it reads (cuda_hc.cu: hc_proj_part_kernel) with the same operations in the same order:
+ * the streams get the same bits and the combine's launch and its dependency edge go. Its inputs then outlive this
+ * block's scratch: sc gives them up to c->pending, whose consumer (or nf_cuda_combine_flush) releases them. */
+static int finish(nf_cuda *c, nf_cuda_scratch &sc, float *out, int32_t *expert_of, float *weight_of, float *shared,
+                  int T, int k, int n, float *y) {
+    if (!c->combine_fold || T > NF_CUDA_GEMV_MAX_VECTORS || k > NF_CUDA_COMBINE_FOLD_KMAX || c->pending.y)
+        return combine(c, out, expert_of, weight_of, shared, T, k, n, y);
+    nf_cuda::nf_cuda_combine &p = c->pending;
+    p.nkeep = 0;
+    p.keep[p.nkeep++] = sc.keep(out);
+    p.keep[p.nkeep++] = sc.keep(expert_of);
+    p.keep[p.nkeep++] = sc.keep(weight_of);
+    if (shared) p.keep[p.nkeep++] = sc.keep(shared);
+    p.out = out;
+    p.expert_of = expert_of;
+    p.weight_of = weight_of;
+    p.shared = shared;
+    p.T = T;
+    p.k = k;
+    p.n = n;
+    p.y = y;
+    return 0;
+}
+
+void nf_cuda_combine_done(nf_cuda *c) {
+    nf_cuda::nf_cuda_combine &p = c->pending;
+    for (int i = 0; i < p.nkeep; i++)
+        if (p.keep[i]) nf_cuda_release(c, p.keep[i]);
+    p.nkeep = 0;
+    p.y = nullptr;
+}
+
+int nf_cuda_combine_flush(nf_cuda *c) {
+    nf_cuda::nf_cuda_combine &p = c->pending;
+    if (!p.y) return 0;
+    const int rc = combine(c, p.out, p.expert_of, p.weight_of, p.shared, p.T, p.k, p.n, p.y);
+    nf_cuda_combine_done(c);
+    return rc;
+}
+
 int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     nf_cuda *c = nf_cuda_of(be);
     const nf_hparams *hp = &c->m->hp;
@@ -174,7 +215,7 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
                                      a, b, out, sa, sb, shared, moe_pair_mode() == 2};
         const int rc = nf_cuda_moe_run_pairs(c, &mp);
         if (rc < 0) return -1;
-        if (rc) return combine(c, out, expert_of, weight_of, shared, T, k, n, y);
+        if (rc) return finish(c, sc, out, expert_of, weight_of, shared, T, k, n, y);
     }
     const int early = ids_early();
     if (early && has_shared && mlp_in(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared, sa, sb) < 0)
@@ -187,5 +228,5 @@ int nf_cuda_moe_block(nf_backend *be, int il, const float *x, int T, float *y) {
     if (rc < 0) return -1;
     if (!early && has_shared && mlp_in(c, &L->gate_shexp, &L->up_shexp, &L->down_shexp, x, T, hp->swiglu_limit, shared, sa, sb) < 0)
         return -1;
-    return combine(c, out, expert_of, weight_of, shared, T, k, n, y);
+    return finish(c, sc, out, expert_of, weight_of, shared, T, k, n, y);
 }

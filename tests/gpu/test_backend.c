@@ -705,6 +705,37 @@ static void test_model(const char *label, const char *path, const char *recipe, 
     CHECK(small_over == 0, "gpu chunk %d: %d positions over the tolerance from the f32-GEMM one-shot prefill", small, small_over);
     if (strict) CHECK(small_sel == 0, "gpu chunk %d: %d selection rows differ", small, small_sel);
     chunk_ok &= small_over == 0;
+    /* decode's MoE combine folded into the next site's hc projection (NF_CUDA_COMBINE_FOLD=on) against the combine
+     * launched (off): chunk `small` (decode-sized forwards) bit-identical, and the fold taken */
+    if (m->hp.n_expert > 0) {
+        float *gf[2] = {nf_xmalloc((size_t)n * V * sizeof(float)), nf_xmalloc((size_t)n * V * sizeof(float))};
+        int32_t *sf[2] = {nf_xcalloc(nsel, sizeof(int32_t)), nf_xcalloc(nsel, sizeof(int32_t))};
+        unsigned long long folded[2] = {0, 0};
+        const char *was = getenv("NF_CUDA_COMBINE_FOLD");
+        char *saved = was ? strdup(was) : NULL;
+        for (int on = 0; on < 2; on++) {
+            setenv("NF_CUDA_COMBINE_FOLD", on ? "on" : "off", 1);
+            nf_backend *g = nf_backend_cuda_create(m, 0);
+            CHECK(g != NULL, "gpu backend (combine fold %d): %s", on, nf_error());
+            if (!g) continue;
+            CHECK(prefill(g, tok, n, small, gf[on], n_mla ? sf[on] : NULL, n) == 0, "gpu chunked (fold %d): %s", on, nf_error());
+            folded[on] = nf_cuda_combines_folded(g);
+            nf_backend_free(g);
+        }
+        if (saved) setenv("NF_CUDA_COMBINE_FOLD", saved, 1);
+        else unsetenv("NF_CUDA_COMBINE_FOLD");
+        free(saved);
+        const int fsame = !memcmp(gf[0], gf[1], (size_t)n * V * sizeof(float)) && !memcmp(sf[0], sf[1], nsel * sizeof(int32_t));
+        printf("  gpu chunk %d, MoE combine folded into the hc projection (%llu folds) vs launched: %s\n", small, folded[1],
+               fsame ? "bit-identical" : "DIFFERENT");
+        CHECK(fsame, "gpu chunk %d: the folded MoE combine changes the logits or selections", small);
+        CHECK(folded[1] > 0 && folded[0] == 0, "combine fold: %llu folds with it on, %llu off", folded[1], folded[0]);
+        chunk_ok &= fsame;
+        for (int i = 0; i < 2; i++) {
+            free(gf[i]);
+            free(sf[i]);
+        }
+    }
     if (!quick) {
         float *g3 = nf_xmalloc((size_t)n * V * sizeof(float));
         int32_t *sg3 = nf_xcalloc(nsel, sizeof(int32_t));
