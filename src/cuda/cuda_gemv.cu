@@ -963,6 +963,7 @@ static const stream_kernels *kernels_of(uint32_t type) {
 }
 
 extern "C" int nf_cuda_gemv_init(void) {
+    if (nf_cuda_gemv_iq2_init() < 0) return -1;
     cudaError_t e = cudaMemcpyToSymbol(g_iq2_grid, nf_iq2xxs_grid, sizeof(g_iq2_grid));
     if (e == cudaSuccess) e = cudaMemcpyToSymbol(g_iq2_signs, nf_iq2_ksigns, sizeof(g_iq2_signs));
     int dev = 0;
@@ -1294,6 +1295,7 @@ static int64_t ctas_per_problem(const gemv_params &p, int64_t ctas, int nprob) {
 extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     const int chk = job_check(j);
     if (chk) return chk < 0 ? -1 : 0;
+    if (nf_cuda_gemv_iq2_takes(j)) return nf_cuda_gemv_iq2_run(j, stream);
     const nf_type_info *ti = nf_type_get(j->type);
     const int nmat = job_mats(j);
     if (is_flat(j)) {
@@ -1397,7 +1399,7 @@ static int pair_occupancy(const pair_plan &pp) {
 
 extern "C" int nf_cuda_gemv_pairs(const nf_gemv_job *a, const nf_gemv_job *b) {
     if (!g_sms && nf_cuda_gemv_init() < 0) return 0;
-    if (job_check(a) || job_check(b)) return 0;
+    if (job_check(a) || job_check(b) || nf_cuda_gemv_iq2_takes(a) || nf_cuda_gemv_iq2_takes(b)) return 0;
     pair_plan pp;
     return plan_pair(a, b, &pp);
 }
@@ -1406,7 +1408,8 @@ extern "C" int nf_cuda_gemv_run_pair(const nf_gemv_job *a, const nf_gemv_job *b,
     const int ca = job_check(a), cb = job_check(b);
     if (ca < 0 || cb < 0) return -1;
     pair_plan pp;
-    if (ca || cb || !plan_pair(a, b, &pp)) /* one of them alone, or two launches */
+    /* a job of the warp-per-row IQ2_XXS kernel has no pair kernel: two launches */
+    if (ca || cb || nf_cuda_gemv_iq2_takes(a) || nf_cuda_gemv_iq2_takes(b) || !plan_pair(a, b, &pp))
         return (!ca && nf_cuda_gemv_run(a, stream) < 0) || (!cb && nf_cuda_gemv_run(b, stream) < 0) ? -1 : 0;
     gemv_params pa, pb;
     job_params(a, &pa);

@@ -129,6 +129,7 @@ template <class T> T atomicMax(T *p, T v) { T o = *p; if (v > o) *p = v; return 
 inline void __threadfence() {}
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
@@ -141,6 +142,7 @@ inline unsigned short __half_as_ushort(__half h) { return h.x; }
 inline __half __ushort_as_half(unsigned short v) { return __half{v}; }
 inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 template <class T> T __ldg(const T *p) { return *p; }
 template <class T> T __ldcg(const T *p) { return *p; }
 template <class T> cudaError_t cudaMemcpyToSymbol(T &sym, const void *src, size_t n) { memcpy(&sym, src, n); return 0; }
