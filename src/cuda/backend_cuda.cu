@@ -175,6 +175,7 @@ static int cu_head(nf_backend *be, const float *X, int T, float *logits) {
 }
 
 extern "C" unsigned long long nf_cuda_combines_folded(nf_backend *be) { return ((nf_cuda *)be->impl)->combines_folded; }
+extern "C" int nf_cuda_flush(nf_backend *be) { return nf_cuda_combine_flush(nf_cuda_of_keep(be)); }
 
 static void cu_destroy(nf_backend *be) {
     if (!be) return;

@@ -155,7 +155,8 @@ int event_copy(nf_cuda *dst, void *d, nf_cuda *src, const void *s, size_t bytes)
 int nf_cuda_from_peer(nf_backend *be, void *dst, nf_backend *src_be, const void *src, size_t bytes) {
     if (src_be->from_peer != be->from_peer)
         return nf_fail("cuda hand-over: the source backend (%s) is not a CUDA backend", src_be->name);
-    nf_cuda *d = nf_cuda_of(be), *s = (nf_cuda *)src_be->impl;
+    /* the source's deferred work first (a pending MoE combine may be what src holds): its device, then ours */
+    nf_cuda *s = nf_cuda_of(src_be), *d = nf_cuda_of(be);
     if (!bytes) return 0;
     if (d->device >= NF_CUDA_MAX_DEVICES || s->device >= NF_CUDA_MAX_DEVICES)
         return nf_fail("cuda hand-over: device %d (at most %d devices)", d->device > s->device ? d->device : s->device,

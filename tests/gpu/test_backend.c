@@ -419,6 +419,9 @@ static int p_moe(nf_backend *be, int il, const float *x, int T, float *y) {
     pair_ctx *P = ctx_of(be);
     up(P, x, (size_t)T * HP->n_embd * sizeof(float));
     if (P->gpu->moe_block(P->gpu, il, dev_of(P, x), T, dev_of(P, y)) < 0) return -1;
+    /* y is read below straight from device memory, not through the backend: a combine the backend deferred for the
+     * next hc projection (NF_CUDA_COMBINE_FOLD) must be launched first */
+    if (nf_cuda_flush(P->gpu) < 0) return -1;
     if (P->cpu->moe_block(P->cpu, il, x, T, y) < 0) return -1;
     cmp(P, B_MOE, y, (size_t)T * HP->n_embd);
     return 0;
