@@ -1295,7 +1295,7 @@ static int64_t ctas_per_problem(const gemv_params &p, int64_t ctas, int nprob) {
 extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     const int chk = job_check(j);
     if (chk) return chk < 0 ? -1 : 0;
-    if (nf_cuda_gemv_iq2_takes(j)) return nf_cuda_gemv_iq2_run(j, stream);
+    if (nf_cuda_gemv_iq2_takes(j)) return nf_cuda_gemv_iq2_run(j, stream, g_sms, getenv_plan_log());
     const nf_type_info *ti = nf_type_get(j->type);
     const int nmat = job_mats(j);
     if (is_flat(j)) {

@@ -100,8 +100,10 @@ int nf_cuda_gemv_ex(uint32_t type, const void *w, int64_t rows, int64_t cols, si
 int nf_cuda_gemv_iq2_takes(const nf_gemv_job *job);
 /* Tests: 1 forces the kernel on, 0 off, -1 back to NF_CUDA_IQ2_ROWS. */
 void nf_cuda_gemv_iq2_force(int on);
+/* nf_cuda_gemv_init's and nf_cuda_gemv_run's parts for it: sms = the device's SM count (one wave of CTAs), plan_log
+ * = NF_GEMV_PLAN=1 (a line per launch) */
 int nf_cuda_gemv_iq2_init(void);
-int nf_cuda_gemv_iq2_run(const nf_gemv_job *job, void *stream);
+int nf_cuda_gemv_iq2_run(const nf_gemv_job *job, void *stream, int sms, int plan_log);
 /* One matrix times one vector: y[r] = W[r, :] . x (rows x cols). */
 int nf_cuda_gemv(uint32_t type, const void *w, const float *x, float *y, int64_t rows, int64_t cols, void *stream);
 

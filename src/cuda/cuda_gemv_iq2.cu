@@ -311,7 +311,7 @@ extern "C" int nf_cuda_gemv_iq2_takes(const nf_gemv_job *j) {
     return 1;
 }
 
-extern "C" int nf_cuda_gemv_iq2_run(const nf_gemv_job *j, void *stream) {
+extern "C" int nf_cuda_gemv_iq2_run(const nf_gemv_job *j, void *stream, int sms, int plan_log) {
     iq2r_params p;
     memset(&p, 0, sizeof p);
     p.nmat = job_nmat(j);
@@ -328,19 +328,10 @@ extern "C" int nf_cuda_gemv_iq2_run(const nf_gemv_job *j, void *stream) {
     p.smod = j->smod > 1 ? j->smod : 1;
     p.ldy = j->ldy;
     p.nvec = j->nvec;
-    static int sms = 0;
-    if (!sms) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            return nf_fail("cuda gemv iq2: no device attributes");
-        if (sms <= 0) sms = 1;
-    }
     /* one wave of 2 CTAs per SM (the lab's best: more warps were slower), fewer when the job has fewer steps */
     const int64_t steps = (int64_t)p.nmat * p.nvec * p.rows / IQ2R_R, warps = IQ2R_THREADS / 32;
     int64_t ctas = 2 * (int64_t)sms;
     if (ctas > (steps + warps - 1) / warps) ctas = (steps + warps - 1) / warps;
-    static int plan_log = -1; /* NF_GEMV_PLAN=1, as the streaming kernel's plan log (cuda_gemv.cu) */
-    if (plan_log < 0) plan_log = getenv("NF_GEMV_PLAN") && !strcmp(getenv("NF_GEMV_PLAN"), "1");
     if (plan_log)
         fprintf(stderr, "gemv iq2rows: %lld x %lld, %d matrices x %d vectors, %lld CTAs of %d\n", (long long)p.rows,
                 (long long)j->cols, p.nmat, p.nvec, (long long)ctas, IQ2R_THREADS);

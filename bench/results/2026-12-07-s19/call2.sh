@@ -1,4 +1,4 @@
-# session 19, device call 2 (H100 or H200; carry .nfcarry-s19.tar.xz at the commit named in commit.txt): call 1 never
+# session 19, device call 2 (H100 or H200; carry .nfcarry-s19.tar.xz at the commit named in commit.txt): call 1 (removed) never
 # ran (no machine), so this is call 1 plus the warp-per-row IQ2_XXS kernel (NF_CUDA_IQ2_ROWS=on, cuda_gemv_iq2.cu):
 #  1. GPU tests: router (fused cases), gemv (small set; the iq2rows pass: every case the kernel takes, bounded per
 #     row); after the A/B: backend --quick with all three switches on;

@@ -2,7 +2,7 @@
 # make-carry.sh — builds the carry the session-19 device calls unpack (.nfcarry-s19.tar.xz at the repository root,
 # git-excluded): the PORTABLE CUDA tools nf-bench, nf-gpu-tests, nf-convert (the GPU tests convert their fixtures)
 # and nf-synth, debug info stripped (~3.5 MB). Run from the repository root on this machine (nvcc, 2 cores: a few
-# minutes from clean), then: run(command="CAP=300 bash bench/results/2026-12-07-s19/call1.sh > $OUT/log.txt 2>&1",
+# minutes from clean), then: run(command="CAP=300 bash bench/results/2026-12-07-s19/call2.sh > $OUT/log.txt 2>&1",
 # carry=[".nfcarry-s19.tar.xz"]).
 set -eu
 B=${BUILD_CARRY:-/tmp/nf-cb}
