@@ -417,6 +417,14 @@ int nf_bench_run(const nf_bench_opts *opts) {
         say(FAILED, nf_error());
         goto out;
     }
+#ifdef NF_CUDA
+    for (int d = 0; cuda && d < stages.n_devices; d++) { /* what a larger prefill chunk costs in memory */
+        size_t used = 0, reserved = 0;
+        if (nf_cuda_pool_peak(d, &used, &reserved) == 0)
+            fprintf(stderr, "nf-bench: device %d memory pool peak: %.2f GB used, %.2f GB reserved (activations and "
+                    "scratch, prefill chunk %d)\n", d, used / 1e9, reserved / 1e9, o->chunk);
+    }
+#endif
     rc = 0;
 out:
     if (csv && fclose(csv) != 0 && rc == 0) rc = say(FAILED, "--csv: write failed");

@@ -54,6 +54,18 @@ extern "C" int nf_cuda_mem_info(int device, size_t *free_bytes, size_t *total_by
     return 0;
 }
 
+extern "C" int nf_cuda_pool_peak(int device, size_t *used_high, size_t *reserved_high) {
+    if (nf_cuda_set_device(device) < 0) return -1;
+    cudaMemPool_t pool;
+    unsigned long long used = 0, reserved = 0; /* the attributes are cuuint64_t (64 bits) */
+    CU_OK(cudaDeviceGetDefaultMemPool(&pool, device));
+    CU_OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &used));
+    CU_OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &reserved));
+    *used_high = (size_t)used;
+    *reserved_high = (size_t)reserved;
+    return 0;
+}
+
 extern "C" int nf_cuda_device_sync(int device) {
     if (nf_cuda_set_device(device) < 0) return -1;
     CU_OK(cudaDeviceSynchronize());

@@ -26,6 +26,10 @@ size_t nf_cuda_l2_bytes(int device);
 int nf_cuda_gemm_ceiling(int device, int n, int passes, double *tflops, double *best);
 /* Free and total memory of the device in bytes (nf-bench's budget check, before anything is allocated). 0 or -1. */
 int nf_cuda_mem_info(int device, size_t *free_bytes, size_t *total_bytes);
+/* The high-water marks of the device's default memory pool since the process began, in bytes: used (live
+ * stream-ordered allocations: a forward's activations and scratch) and reserved (what the pool holds from the
+ * driver). The backend's weights and state are not pool allocations. 0 or -1 with nf_error(). */
+int nf_cuda_pool_peak(int device, size_t *used_high, size_t *reserved_high);
 /* Wait for all work on the device (every stream). 0 or -1 with nf_error(). */
 int nf_cuda_device_sync(int device);
 /* Stream `bytes` of device memory through a read kernel `passes` times after warm-up launches, each launch timed

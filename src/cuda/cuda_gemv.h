@@ -93,7 +93,7 @@ int nf_cuda_gemv_norms_x(const nf_gemv_job *job);
 /* The job of nf_cuda_matmul_ex's arguments (one matrix or 3-D tensor; see nf_gemv_job). */
 int nf_cuda_gemv_ex(uint32_t type, const void *w, int64_t rows, int64_t cols, size_t slice_bytes, const float *x,
                     int64_t ldx, int xdiv, int smod, const int32_t *ids, float *y, int64_t ldy, int nvec, void *stream);
-/* The warp-per-row IQ2_XXS kernel (cuda_gemv_iq2.cu; NF_CUDA_IQ2_ROWS=on): 1 when nf_cuda_gemv_run gives it
+/* The warp-per-row IQ2_XXS kernel (cuda_gemv_iq2.cu; default, NF_CUDA_IQ2_ROWS=off: the streaming kernel): 1 when nf_cuda_gemv_run gives it
  * this job (IQ2_XXS rows of 2048 or 4096 columns, rows a multiple of 4, one activation row for every
  * vector, no fused activation). Its products use a 24-bit fixed-point activation per 64 columns (error at most
  * 2^-24 of the chunk's largest |x| per value), not the f32 activation of the streaming kernel. */

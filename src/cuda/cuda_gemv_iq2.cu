@@ -1,6 +1,7 @@
 /* cuda_gemv_iq2.cu — the decode product of IQ2_XXS matrices (glm53's routed gate+up in the q2 recipe) with a
- * warp per row, integer dot products and no shared-memory staging of the weights (NF_CUDA_IQ2_ROWS=on; opt-in
- * until measured in the engine).
+ * warp per row, integer dot products and no shared-memory staging of the weights (default since session 20:
+ * decode +1.7% on the H100, 4 of 4 alternating pairs faster, the same greedy tokens, docs/benchmarks.md;
+ * NF_CUDA_IQ2_ROWS=off gives these jobs back to the streaming kernel).
  *
  * Why: the streaming kernel (cuda_gemv.cu) decodes IQ2_XXS at ~4.96 instructions per weight behind a pipeline of
  * cp.async stages with two barriers per batch; the routed gate+up ran at ~0.33 of a read of its bytes (37.5 us for
@@ -260,7 +261,7 @@ static int g_force = -1; /* nf_cuda_gemv_iq2_force */
 static int iq2_rows_on(void) {
     if (g_force >= 0) return g_force;
     static int cache = -1;
-    return !nf_cuda_env_switch(&cache, "NF_CUDA_IQ2_ROWS", "on"); /* 0 exactly when it is "on" */
+    return nf_cuda_env_switch(&cache, "NF_CUDA_IQ2_ROWS", "off");
 }
 extern "C" void nf_cuda_gemv_iq2_force(int on) { g_force = on < 0 ? -1 : !!on; }
 

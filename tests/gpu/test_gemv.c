@@ -840,6 +840,9 @@ int nf_gpu_test_gemv(int bench) {
      * alone (ncu --set full on nf-bench replays ~100 GB of device memory per pass; on the bench it is fast) */
     const char *nc = getenv("NF_GEMV_BENCH_NO_CHECKS");
     const int checks = !(bench && nc && !strcmp(nc, "1"));
+    /* the cases and pairs with the streaming kernel (the warp-per-row IQ2_XXS kernel, the default for the jobs it
+     * takes, has its own pass below), so that both keep their coverage */
+    if (checks) nf_cuda_gemv_iq2_force(0);
     for (size_t i = 0; checks && i < N_TYPES; i++)
         for (int c = 0; c < ncases; c++) {
             total++;
@@ -847,8 +850,7 @@ int nf_gpu_test_gemv(int bench) {
         }
     if (checks) {
         failed += check_pairs(small, &total);
-        /* the warp-per-row IQ2_XXS kernel on every case it takes (the routed gate+up shapes among them): the cases
-         * above ran with it as NF_CUDA_IQ2_ROWS says (off by default), these with it forced on */
+        /* the warp-per-row IQ2_XXS kernel on every case it takes (the routed gate+up shapes among them), forced on */
         nf_cuda_gemv_iq2_force(1);
         g_iq2_pass = 1;
         g_iq2_taken = 0;
