@@ -418,9 +418,12 @@ int nf_bench_run(const nf_bench_opts *opts) {
         goto out;
     }
 #ifdef NF_CUDA
-    for (int d = 0; cuda && d < stages.n_devices; d++) { /* what a larger prefill chunk costs in memory */
+    /* what a larger prefill chunk costs in memory (one backend without stages: device 0) */
+    for (int d = 0; cuda && d < (stages.n_devices > 0 ? stages.n_devices : 1); d++) {
         size_t used = 0, reserved = 0;
-        if (nf_cuda_pool_peak(d, &used, &reserved) == 0)
+        if (nf_cuda_pool_peak(d, &used, &reserved) < 0)
+            fprintf(stderr, "nf-bench: device %d memory pool peak: %s\n", d, nf_error());
+        else
             fprintf(stderr, "nf-bench: device %d memory pool peak: %.2f GB used, %.2f GB reserved (activations and "
                     "scratch, prefill chunk %d)\n", d, used / 1e9, reserved / 1e9, o->chunk);
     }

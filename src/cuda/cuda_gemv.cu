@@ -1296,6 +1296,7 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     const int chk = job_check(j);
     if (chk) return chk < 0 ? -1 : 0;
     if (nf_cuda_gemv_iq2_takes(j)) return nf_cuda_gemv_iq2_run(j, stream, g_sms, getenv_plan_log());
+    if (nf_cuda_gemv_q2k_takes(j)) return nf_cuda_gemv_q2k_run(j, stream, g_sms, getenv_plan_log());
     const nf_type_info *ti = nf_type_get(j->type);
     const int nmat = job_mats(j);
     if (is_flat(j)) {
@@ -1397,9 +1398,12 @@ static int pair_occupancy(const pair_plan &pp) {
     return per_sm;
 }
 
+/* 1 when a warp-per-row kernel (cuda_gemv_iq2.cu, cuda_gemv_q2k.cu) takes the job */
+static int nf_cuda_gemv_rows_takes(const nf_gemv_job *j) { return nf_cuda_gemv_iq2_takes(j) || nf_cuda_gemv_q2k_takes(j); }
+
 extern "C" int nf_cuda_gemv_pairs(const nf_gemv_job *a, const nf_gemv_job *b) {
     if (!g_sms && nf_cuda_gemv_init() < 0) return 0;
-    if (job_check(a) || job_check(b) || nf_cuda_gemv_iq2_takes(a) || nf_cuda_gemv_iq2_takes(b)) return 0;
+    if (job_check(a) || job_check(b) || nf_cuda_gemv_rows_takes(a) || nf_cuda_gemv_rows_takes(b)) return 0;
     pair_plan pp;
     return plan_pair(a, b, &pp);
 }
@@ -1408,8 +1412,8 @@ extern "C" int nf_cuda_gemv_run_pair(const nf_gemv_job *a, const nf_gemv_job *b,
     const int ca = job_check(a), cb = job_check(b);
     if (ca < 0 || cb < 0) return -1;
     pair_plan pp;
-    /* a job of the warp-per-row IQ2_XXS kernel has no pair kernel: two launches */
-    if (ca || cb || nf_cuda_gemv_iq2_takes(a) || nf_cuda_gemv_iq2_takes(b) || !plan_pair(a, b, &pp))
+    /* a job of a warp-per-row kernel has no pair kernel: two launches */
+    if (ca || cb || nf_cuda_gemv_rows_takes(a) || nf_cuda_gemv_rows_takes(b) || !plan_pair(a, b, &pp))
         return (!ca && nf_cuda_gemv_run(a, stream) < 0) || (!cb && nf_cuda_gemv_run(b, stream) < 0) ? -1 : 0;
     gemv_params pa, pb;
     job_params(a, &pa);

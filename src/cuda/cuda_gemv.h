@@ -104,6 +104,13 @@ void nf_cuda_gemv_iq2_force(int on);
  * = NF_GEMV_PLAN=1 (a line per launch) */
 int nf_cuda_gemv_iq2_init(void);
 int nf_cuda_gemv_iq2_run(const nf_gemv_job *job, void *stream, int sms, int plan_log);
+/* The warp-per-row Q2_K kernel (cuda_gemv_q2k.cu; NF_CUDA_Q2K_ROWS=on): 1 when nf_cuda_gemv_run gives it this job
+ * (Q2_K rows of 2048 columns, rows a multiple of 4, SwiGLU (xup) or not, no xm, xnorm or mrows, 16-byte aligned
+ * activation rows). Its products use a 24-bit fixed-point activation per 128-column half block (error at most
+ * 2^-24 of the half's largest |x| per value). force and run as for the IQ2_XXS kernel. */
+int nf_cuda_gemv_q2k_takes(const nf_gemv_job *job);
+void nf_cuda_gemv_q2k_force(int on);
+int nf_cuda_gemv_q2k_run(const nf_gemv_job *job, void *stream, int sms, int plan_log);
 /* One matrix times one vector: y[r] = W[r, :] . x (rows x cols). */
 int nf_cuda_gemv(uint32_t type, const void *w, const float *x, float *y, int64_t rows, int64_t cols, void *stream);
 

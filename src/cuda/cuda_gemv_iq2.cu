@@ -23,6 +23,7 @@
  *    exact products of the f32 activation: a different rounding of the same sum, as the prefill GEMM's bf16 is.
  * Which jobs it takes: nf_cuda_gemv_iq2_takes. */
 #include "cuda/cuda_gemv.h"
+#include "cuda/cuda_gemv_rows.h"
 #include "cuda/cuda_launch.h"
 
 #include <cuda_fp16.h>
@@ -43,7 +44,6 @@ int nf_fail(const char *fmt, ...);
 #define IQ2R_R 4                /* rows per warp step */
 #define IQ2R_VPOS 0x002B1908u   /* bytes 8, 25, 43, 0: PRMT selectors 0..2 */
 #define IQ2R_VNEG 0x00D5E7F8u   /* bytes -8, -25, -43, 0: selectors 4..6 */
-#define IQ2R_TOP 8388607.0f     /* 2^23 - 1: the largest activation code */
 
 __device__ uint32_t g_iq2r_grid[256]; /* per grid point: 8 code nibbles */
 __device__ uint32_t g_iq2r_sign[128]; /* per sign index: bit 4k + 2 for a negative weight k */
@@ -52,27 +52,6 @@ __device__ uint32_t g_iq2r_sign[128]; /* per sign index: bit 4k + 2 for a negati
 __device__ __forceinline__ uint32_t iq2r_prmt(uint32_t a, uint32_t b, uint32_t sel) {
     return __byte_perm(a, b, sel); /* the selectors never set bit 3 (sign replication): PRMT's default mode */
 }
-/* dp4a of four signed weight bytes a against four unsigned activation bytes b */
-__device__ __forceinline__ int iq2r_dp4a_su(uint32_t a, uint32_t b, int c) {
-#ifdef __CUDA_ARCH__
-    int d;
-    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-#else
-    for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> (8 * k)) * (int)(uint8_t)(b >> (8 * k));
-    return c;
-#endif
-}
-/* dp4a, both signed */
-__device__ __forceinline__ int iq2r_dp4a_ss(uint32_t a, uint32_t b, int c) {
-#ifdef __CUDA_ARCH__
-    return __dp4a((int)a, (int)b, c);
-#else
-    for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
-    return c;
-#endif
-}
-
 struct iq2r_params {
     const uint8_t *w[NF_CUDA_GEMV_MAX_MATS];
     float *y[NF_CUDA_GEMV_MAX_MATS];
@@ -95,12 +74,12 @@ __device__ __forceinline__ float iq2r_group(uint32_t idx, uint32_t aux, const ui
     for (int l = 0; l < 4; l++) {
         const uint32_t t = tg[(idx >> (8 * l)) & 255] | ts[(aux >> (7 * l)) & 127];
         const uint32_t wl = iq2r_prmt(IQ2R_VPOS, IQ2R_VNEG, t & 0xFFFFu), wh = iq2r_prmt(IQ2R_VPOS, IQ2R_VNEG, t >> 16);
-        s0 = iq2r_dp4a_su(wl, xw[2 * l], s0);
-        s0 = iq2r_dp4a_su(wh, xw[2 * l + 1], s0);
-        s1 = iq2r_dp4a_su(wl, xw[8 + 2 * l], s1);
-        s1 = iq2r_dp4a_su(wh, xw[8 + 2 * l + 1], s1);
-        s2 = iq2r_dp4a_ss(wl, xw[16 + 2 * l], s2);
-        s2 = iq2r_dp4a_ss(wh, xw[16 + 2 * l + 1], s2);
+        s0 = nf_dp4a_su(wl, xw[2 * l], s0);
+        s0 = nf_dp4a_su(wh, xw[2 * l + 1], s0);
+        s1 = nf_dp4a_su(wl, xw[8 + 2 * l], s1);
+        s1 = nf_dp4a_su(wh, xw[8 + 2 * l + 1], s1);
+        s2 = nf_dp4a_ss(wl, xw[16 + 2 * l], s2);
+        s2 = nf_dp4a_ss(wh, xw[16 + 2 * l + 1], s2);
     }
     const float k = (float)(2 * (aux >> 28) + 1);
     return __fmul_rn(fmaf((float)s2, 65536.0f, (float)(s1 * 256 + s0)), k);
@@ -181,21 +160,19 @@ __global__ void __launch_bounds__(IQ2R_THREADS, 2) iq2_rows_kernel(const iq2r_pa
         for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        /* chunks of tiny values (TOP / amax would overflow near the denormals) are scaled by 2^64 first: exact */
-        const float pre = amax < 1e-20f ? 18446744073709551616.0f : 1.0f;
-        const float inv = amax > 0.f && amax <= 3.4028235e38f ? IQ2R_TOP / (amax * pre) : 0.f;
+        float pre, inv;
+        nf_rows_scale(amax, &pre, &inv);
         uint32_t pl[3][4] = {};
 #pragma unroll
         for (int i = 0; i < 16; i++) {
-            int qi = (int)rintf(v[i] * pre * inv);
-            qi = qi > 8388607 ? 8388607 : qi < -8388608 ? -8388608 : qi;
+            const int qi = nf_rows_code(v[i], pre, inv);
 #pragma unroll
             for (int b = 0; b < 3; b++) pl[b][i / 4] |= (uint32_t)((qi >> (8 * b)) & 0xFF) << (8 * (i % 4));
         }
 #pragma unroll
         for (int b = 0; b < 3; b++) xq[(b * 4 + qd) * NCH + c] = make_uint4(pl[b][0], pl[b][1], pl[b][2], pl[b][3]);
         /* an inf or nan activation makes the rows nan, as the f32 products would */
-        if (qd == 0) xs8[c] = amax <= 3.4028235e38f ? __fmul_rn(amax / IQ2R_TOP, 0.125f) : __int_as_float(0x7fc00000);
+        if (qd == 0) xs8[c] = amax <= 3.4028235e38f ? __fmul_rn(amax / NF_ROWS_TOP, 0.125f) : __int_as_float(0x7fc00000);
     }
     __syncthreads();
     nf_pdl_release();
@@ -288,12 +265,6 @@ extern "C" int nf_cuda_gemv_iq2_init(void) {
     return 0;
 }
 
-static int job_nmat(const nf_gemv_job *j) {
-    int n = 0;
-    while (n < NF_CUDA_GEMV_MAX_MATS && j->w[n]) n++;
-    return n;
-}
-
 extern "C" int nf_cuda_gemv_iq2_takes(const nf_gemv_job *j) {
     if (!iq2_rows_on() || j->type != NF_TYPE_IQ2_XXS) return 0;
     /* 2048 or 4096 columns: at 8192 the lane's 4 x 4 chunks of words exceed the 128 registers (spills) */
@@ -304,7 +275,7 @@ extern "C" int nf_cuda_gemv_iq2_takes(const nf_gemv_job *j) {
         if (j->xm[m]) return 0;
     /* one activation row for every vector */
     if (j->nvec > 1 && j->xdiv < j->nvec) return 0;
-    const int nmat = job_nmat(j);
+    const int nmat = nf_rows_job_nmat(j);
     if (!nmat) return 0;
     if ((uintptr_t)j->x % 16 || j->slice_bytes % 4) return 0;
     for (int m = 0; m < nmat; m++)
@@ -315,7 +286,7 @@ extern "C" int nf_cuda_gemv_iq2_takes(const nf_gemv_job *j) {
 extern "C" int nf_cuda_gemv_iq2_run(const nf_gemv_job *j, void *stream, int sms, int plan_log) {
     iq2r_params p;
     memset(&p, 0, sizeof p);
-    p.nmat = job_nmat(j);
+    p.nmat = nf_rows_job_nmat(j);
     for (int m = 0; m < p.nmat; m++) {
         p.w[m] = (const uint8_t *)j->w[m];
         p.y[m] = j->y[m];

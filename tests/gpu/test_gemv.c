@@ -156,11 +156,12 @@ static double swiglu_ref(double g, double u) {
     return g / (1.0 + exp(-g)) * u;
 }
 
-/* set during the pass over the cases with the warp-per-row IQ2_XXS kernel forced on (cases it does not take are
- * skipped); g_iq2_taken counts the cases it ran */
-static int g_iq2_pass, g_iq2_taken;
+/* set during the passes over the cases with a warp-per-row kernel forced on (cases it does not take are skipped):
+ * ROWS_IQ2 (cuda_gemv_iq2.cu) or ROWS_Q2K (cuda_gemv_q2k.cu); g_rows_taken counts the cases it ran */
+enum { ROWS_IQ2 = 1, ROWS_Q2K = 2 };
+static int g_rows_pass, g_rows_taken;
 
-/* Run one case for one format; returns 1 if it passed, -1 when skipped (g_iq2_pass). */
+/* Run one case for one format; returns 1 if it passed, -1 when skipped (g_rows_pass). */
 static int check_case(uint32_t type, const job_case *jc) {
     const int64_t rows = jc->rows, cols = jc->cols, slices = jc->slices;
     const size_t rb = nf_row_bytes(type, cols);
@@ -261,10 +262,12 @@ static int check_case(uint32_t type, const job_case *jc) {
         printf("gemv %-8s %-10s: the fused job is not taken by the kernels  FAIL\n", nf_type_get(type)->name, jc->name);
         return 0;
     }
-    /* the warp-per-row IQ2_XXS kernel (g_iq2_pass: its pass over the cases) rounds the activation to 24 bits per 64
-     * columns: each row may be off by one activation unit (amax / (2^23 - 1)) per value on top of its roundings */
-    const int iq2rows = nf_cuda_gemv_iq2_takes(&j);
-    const int skip = g_iq2_pass && !iq2rows;
+    /* the warp-per-row kernels (g_rows_pass: their passes over the cases) round the activation to 24 bits per
+     * chunk of columns (IQ2_XXS: 64, Q2_K: 128): each row may be off by one activation unit (amax / (2^23 - 1)) per
+     * value on top of its roundings */
+    const int rows_kind = nf_cuda_gemv_iq2_takes(&j) ? ROWS_IQ2 : nf_cuda_gemv_q2k_takes(&j) ? ROWS_Q2K : 0;
+    const int iq2rows = rows_kind != 0, chunk = rows_kind == ROWS_Q2K ? 128 : 64;
+    const int skip = g_rows_pass && rows_kind != g_rows_pass;
     if (!skip && nf_cuda_gemv_run(&j, NULL)) nf_die("%s", nf_error());
     CHECK(cudaDeviceSynchronize());
     float *y = nf_xmalloc(ybytes), *y1 = nf_xmalloc(ybytes);
@@ -298,9 +301,9 @@ static int check_case(uint32_t type, const job_case *jc) {
                     mag += fabs((double)w[c] * xv[c]);
                 }
                 if (iq2rows)
-                    for (int64_t c0 = 0; c0 < cols; c0 += 64) {
+                    for (int64_t c0 = 0; c0 < cols; c0 += chunk) {
                         double amax = 0, sw = 0;
-                        for (int64_t c = c0; c < c0 + 64; c++) {
+                        for (int64_t c = c0; c < c0 + chunk; c++) {
                             amax = fmax(amax, fabs(xv[c]));
                             sw += fabs((double)w[c]);
                         }
@@ -321,7 +324,7 @@ static int check_case(uint32_t type, const job_case *jc) {
     if (!skip)
         printf("gemv %-8s %-10s %6lldx%-5lld x%lld nmat %d nvec %d %-7s max |gpu-ref|/sum|wx| %.2e", nf_type_get(type)->name,
                jc->name, (long long)rows, (long long)cols, (long long)slices, jc->nmat, jc->nvec,
-               iq2rows ? "iq2rows" : streams ? "stream" : "plain", worst);
+               rows_kind == ROWS_IQ2 ? "iq2rows" : rows_kind == ROWS_Q2K ? "q2krows" : streams ? "stream" : "plain", worst);
     if (over) printf(", %lld rows beyond the bound", (long long)over);
     if (bad_rows) printf(", %lld rows not written", (long long)bad_rows);
     if (pad_bad) printf(", %lld writes outside the outputs", (long long)pad_bad);
@@ -339,7 +342,7 @@ static int check_case(uint32_t type, const job_case *jc) {
     free(y1);
     free_rows(&rs);
     if (skip) return -1;
-    g_iq2_taken += iq2rows;
+    g_rows_taken += iq2rows;
     return ok;
 }
 
@@ -797,7 +800,10 @@ static void run_bench(void) {
         {"xnorm", 24, 16384, 1, 1, 2, 1, 1, 0, 0, 0, 24, 1, FUSE_NORM}, \
         /* one vector, matrices of different heights in one launch (KDA's six projections of x, MLA's two) */ \
         {"flat6", 520, 4096, 1, 6, 1, 1, 1, 0, 0, 0, 520, 1, FUSE_FLAT}, \
-        {"flat2", 300, 2048, 1, 2, 1, 1, 1, 0, 0, 0, 300, 1, FUSE_FLAT},
+        {"flat2", 300, 2048, 1, 2, 1, 1, 1, 0, 0, 0, 300, 1, FUSE_FLAT}, \
+        /* activations of extreme ranges and zeros at 2048 columns (the warp-per-row Q2_K kernel's row length) */ \
+        {"x_range2k", 64, 2048, 1, 1, 2, 1, 1, 0, 1, 0, 64, 1, 0}, \
+        {"x_zero2k", 16, 2048, 1, 1, 1, 1, 1, 0, 2, 0, 16, 1, 0},
 
 int nf_gpu_test_gemv(int bench) {
     if (nf_cuda_gemv_init()) nf_die("%s", nf_error());
@@ -842,7 +848,10 @@ int nf_gpu_test_gemv(int bench) {
     const int checks = !(bench && nc && !strcmp(nc, "1"));
     /* the cases and pairs with the streaming kernel (the warp-per-row IQ2_XXS kernel, the default for the jobs it
      * takes, has its own pass below), so that both keep their coverage */
-    if (checks) nf_cuda_gemv_iq2_force(0);
+    if (checks) {
+        nf_cuda_gemv_iq2_force(0);
+        nf_cuda_gemv_q2k_force(0);
+    }
     for (size_t i = 0; checks && i < N_TYPES; i++)
         for (int c = 0; c < ncases; c++) {
             total++;
@@ -850,22 +859,30 @@ int nf_gpu_test_gemv(int bench) {
         }
     if (checks) {
         failed += check_pairs(small, &total);
-        /* the warp-per-row IQ2_XXS kernel on every case it takes (the routed gate+up shapes among them), forced on */
-        nf_cuda_gemv_iq2_force(1);
-        g_iq2_pass = 1;
-        g_iq2_taken = 0;
-        for (int c = 0; c < ncases; c++) {
-            const int r = check_case(NF_TYPE_IQ2_XXS, &cases[c]);
-            if (r >= 0) { total++; failed += !r; }
+        /* each warp-per-row kernel on every case it takes (the routed gate+up and down shapes among them), forced on
+         * (the other one off) */
+        static const struct { int kind; const char *name; uint32_t type; } rk[] = {
+            {ROWS_IQ2, "iq2rows", NF_TYPE_IQ2_XXS}, {ROWS_Q2K, "q2krows", NF_TYPE_Q2_K}};
+        for (int k = 0; k < 2; k++) {
+            nf_cuda_gemv_iq2_force(rk[k].kind == ROWS_IQ2);
+            nf_cuda_gemv_q2k_force(rk[k].kind == ROWS_Q2K);
+            g_rows_pass = rk[k].kind;
+            g_rows_taken = 0;
+            for (int c = 0; c < ncases; c++) {
+                const int r = check_case(rk[k].type, &cases[c]);
+                if (r >= 0) { total++; failed += !r; }
+            }
+            total++;
+            if (g_rows_taken < 5) {
+                printf("gemv %s: the kernel took %d cases (5 or more expected)  FAIL\n", rk[k].name, g_rows_taken);
+                failed++;
+            }
         }
-        g_iq2_pass = 0;
-        nf_cuda_gemv_iq2_force(-1);
-        total++;
-        if (g_iq2_taken < 5) {
-            printf("gemv iq2rows: the kernel took %d cases (5 or more expected)  FAIL\n", g_iq2_taken);
-            failed++;
-        }
+        g_rows_pass = 0;
     }
+    /* the bench and later tests: as the environment says */
+    nf_cuda_gemv_iq2_force(-1);
+    nf_cuda_gemv_q2k_force(-1);
     if (dump_file()) fflush(dump_file());
     if (checks) printf("gemv: %d passed, %d failed\n", total - failed, failed);
     else printf("gemv: checks skipped (NF_GEMV_BENCH_NO_CHECKS=1)\n");

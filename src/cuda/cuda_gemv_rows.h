@@ -1,0 +1,78 @@
+/* cuda_gemv_rows.h — what the warp-per-row decode kernels (cuda_gemv_iq2.cu, cuda_gemv_q2k.cu) share: the dp4a
+ * products in their four signedness combinations (with the CPU emulation's versions: scripts/cuemu builds these
+ * files without __CUDA_ARCH__), the 24-bit fixed point of their activations, and the job's matrix count.
+ *
+ * Why a fixed point: the products are exact integer sums of the weights' small integers times the activation's
+ * codes, v = rint(x * (2^23 - 1) / amax) over a chunk of columns, as three byte planes (two unsigned low bytes, a
+ * signed top byte) so that dp4a can take them. The error is at most half a unit, 2^-24 * amax, per activation
+ * value: the order of the f32 rounding of the chunk's largest value. */
+#ifndef NF_CUDA_GEMV_ROWS_H
+#define NF_CUDA_GEMV_ROWS_H
+
+#include "cuda/cuda_gemv.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define NF_ROWS_TOP 8388607.0f /* 2^23 - 1: the largest activation code */
+
+/* c + sum_k a_k b_k over the four bytes of a and b: a signed (s) or unsigned (u), then b */
+__device__ __forceinline__ int nf_dp4a_su(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    int d;
+    asm("dp4a.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> (8 * k)) * (int)(uint8_t)(b >> (8 * k));
+    return c;
+#endif
+}
+__device__ __forceinline__ int nf_dp4a_ss(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    return __dp4a((int)a, (int)b, c);
+#else
+    for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
+    return c;
+#endif
+}
+__device__ __forceinline__ int nf_dp4a_uu(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    int d;
+    asm("dp4a.u32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    for (int k = 0; k < 4; k++) c += (int)(uint8_t)(a >> (8 * k)) * (int)(uint8_t)(b >> (8 * k));
+    return c;
+#endif
+}
+__device__ __forceinline__ int nf_dp4a_us(uint32_t a, uint32_t b, int c) {
+#ifdef __CUDA_ARCH__
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+#else
+    for (int k = 0; k < 4; k++) c += (int)(uint8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
+    return c;
+#endif
+}
+
+/* The code of x in a chunk whose scale is inv = TOP / (amax * pre) (pre: 2^64 for chunks of tiny values, whose
+ * TOP / amax would overflow near the denormals; exact), clamped to 24 bits. */
+__device__ __forceinline__ int nf_rows_code(float x, float pre, float inv) {
+    int q = (int)rintf(x * pre * inv);
+    return q > 8388607 ? 8388607 : q < -8388608 ? -8388608 : q;
+}
+/* pre and inv of a chunk of largest magnitude amax (0 for a chunk of zeros, an inf or a nan) */
+__device__ __forceinline__ void nf_rows_scale(float amax, float *pre, float *inv) {
+    *pre = amax < 1e-20f ? 18446744073709551616.0f : 1.0f;
+    *inv = amax > 0.f && amax <= 3.4028235e38f ? NF_ROWS_TOP / (amax * *pre) : 0.f;
+}
+
+/* the matrices of a job (the used ones first, then NULL) */
+static inline int nf_rows_job_nmat(const nf_gemv_job *j) {
+    int n = 0;
+    while (n < NF_CUDA_GEMV_MAX_MATS && j->w[n]) n++;
+    return n;
+}
+
+#endif
