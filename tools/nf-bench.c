@@ -61,7 +61,7 @@ static void usage(FILE *o) {
 "measurement:\n"
 "  -n, --gen N              probe steps per frontier (alias --gen-tokens; default 128)\n"
 "      --chunk N            prefill tokens per forward call (alias --prefill-chunk; default: the backend's\n"
-"                           preference, as nf and nf-server use it: 4096 on CUDA, 512 on the CPU)\n"
+"                           preference, as nf and nf-server use it: 16384 on CUDA, 512 on the CPU)\n"
 "      --warmup N           untimed warm-up: N-token prefill + 2 decode steps on a scratch state\n"
 "                           (alias --warmup-tokens; default 16; 0 = none)\n"
 "      --probe-mib N        bandwidth probe buffer in MiB (default: 2048 on a GPU, 256 on the CPU)\n"

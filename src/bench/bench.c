@@ -167,7 +167,7 @@ static const char *env_or(const char *name, const char *dflt) {
     return v ? v : dflt;
 }
 
-/* the prefill chunk: the one asked for, else what the backend asks for (the CUDA backend's 4096, the chunk nf and
+/* the prefill chunk: the one asked for, else what the backend asks for (the CUDA backend's 16384, the chunk nf and
  * nf-server prefill with there), else 512 (the CPU figures of earlier runs); *why says which, for the log */
 #define NF_BENCH_DEFAULT_CHUNK 512
 static int bench_chunk(int asked, const nf_backend *be, const char **why) {

@@ -396,7 +396,10 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
     be->impl = c;
     be->model = m;
     be->name = "cuda";
-    be->prefill_chunk = 4096;
+    /* 16384 prefill tokens per forward: more tokens per routed expert make the MoE GEMMs larger (at 65536, 7.8%
+     * faster than 4096 on the H100 in alternating runs, 8192 5.2%; docs/benchmarks.md); the memory pool's peak is
+     * 8.4 GB at this chunk (1.2 GB at 2048), which a 1M-token state beside glm53:q2 leaves room for on an H200 */
+    be->prefill_chunk = 16384;
     be->destroy = cu_destroy;
     cudaMemPool_t pool;
     uint64_t thr = UINT64_MAX;

@@ -60,7 +60,7 @@ typedef struct {
     int n_threads;            /* <= 0: NF_THREADS or all cores (backend's default) */
     int64_t n_ctx;            /* token limit of the live state (also the state's limit, state.h); <= 0:
                                  min(context_length, 4096); above the model's context length: create fails */
-    int prefill_chunk;        /* tokens per forward call during prefill; <= 0: the backend's (CUDA 4096), else 256 */
+    int prefill_chunk;        /* tokens per forward call during prefill; <= 0: the backend's (CUDA 16384), else 256 */
     int max_checkpoints;      /* <= 0: 8 */
     const char *tokenizer;    /* NULL: the model GGUF's own tokenizer metadata; else a GGUF / tokenizer.json */
     nf_backend_factory backend; /* NULL: the CPU backend */
