@@ -1003,17 +1003,12 @@ extern "C" int nf_cuda_gemv_supports(uint32_t type) { return kernels_of(type) !=
  * GEMV_FLIGHT_GOAL (or NF_GEMV_FLIGHT) bytes in flight per SM at the occupancy the runtime computes (registers, shared memory),
  * then to hold the most CTAs per SM, then to take the largest batches (fewer barriers per byte). */
 /* matrices of a job: the leading non-NULL w[] */
-static int job_mats(const nf_gemv_job *j) {
-    int n = 0;
-    while (n < NF_CUDA_GEMV_MAX_MATS && j->w[n]) n++;
-    return n;
-}
 
 /* a flat job: matrices of different heights on one vector (nf_gemv_job.mrows) */
 static bool is_flat(const nf_gemv_job *j) { return j->mrows[0] > 0; }
 /* batches of batch_rows rows the job's launch walks, over all its problems */
 static int64_t job_batches(const nf_gemv_job *j, int64_t batch_rows) {
-    const int nmat = job_mats(j);
+    const int nmat = nf_gemv_job_mats(j);
     if (!is_flat(j)) return (int64_t)nmat * j->nvec * ((j->rows + batch_rows - 1) / batch_rows);
     int64_t n = 0;
     for (int m = 0; m < nmat; m++) n += (j->mrows[m] + batch_rows - 1) / batch_rows;
@@ -1152,11 +1147,6 @@ static void log_plan(const nf_gemv_job *j, int nmat, const stream_plan *pl, int 
 }
 
 /* the job gives some matrix its own activation rows */
-static bool has_xm(const nf_gemv_job *j) {
-    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++)
-        if (j->xm[m]) return true;
-    return false;
-}
 
 /* The activation row is staged in shared memory (see xsrc): a format that reads it so, the row in the stage ring
  * (one stage, or the extended last one), 16-byte aligned activation rows of every matrix. */
@@ -1178,7 +1168,7 @@ static int norms_x(const nf_gemv_job *j, const stream_plan *pl) {
     if (j->type != NF_TYPE_F32 || pl->G != 1 || pl->units != pl->threads) return 0;
     const int64_t rt = nf_cuda_row_threads(j->cols);
     if (2 * (int64_t)pl->units != rt || j->cols != 16 * rt) return 0;
-    return (uintptr_t)j->x % 16 == 0 && j->ldx % 4 == 0 && !j->xup && !has_xm(j);
+    return (uintptr_t)j->x % 16 == 0 && j->ldx % 4 == 0 && !j->xup && !nf_gemv_job_has_xm(j);
 }
 
 extern "C" int nf_cuda_gemv_norms_x(const nf_gemv_job *j) {
@@ -1211,16 +1201,16 @@ static int job_check(const nf_gemv_job *j) {
     if (!ks) return nf_fail("cuda gemv: type %s unsupported", ti->name ? ti->name : "?");
     if (j->cols <= 0 || j->cols % ti->block_size) return nf_fail("cuda gemv: row length %lld does not fit %s", (long long)j->cols, ti->name);
     if (j->nvec <= 0 || (j->rows <= 0 && !is_flat(j))) return 1;
-    const int nmat = job_mats(j);
+    const int nmat = nf_gemv_job_mats(j);
     if (!nmat || !j->x) return nf_fail("cuda gemv: missing pointer");
     /* the swizzled staging holds one activation row per launch position: no per-matrix rows with it */
-    if (j->xup && has_xm(j)) return nf_fail("cuda gemv: a SwiGLU activation with per-matrix activations");
+    if (j->xup && nf_gemv_job_has_xm(j)) return nf_fail("cuda gemv: a SwiGLU activation with per-matrix activations");
     for (int m = 0; m < nmat; m++)
         if (!j->y[m]) return nf_fail("cuda gemv: missing output %d", m);
     if (!g_sms && nf_cuda_gemv_init() < 0) return -1;
     if ((int64_t)nmat * j->nvec > 65535) return nf_fail("cuda gemv: %d vectors x %d matrices is too many for one launch", j->nvec, nmat);
     if (is_flat(j)) {
-        if (j->nvec != 1 || j->ids || j->smod > 1 || j->xup || j->xnorm || has_xm(j))
+        if (j->nvec != 1 || j->ids || j->smod > 1 || j->xup || j->xnorm || nf_gemv_job_has_xm(j))
             return nf_fail("cuda gemv: matrices of different heights take one vector and no ids, xm, xup or xnorm");
         for (int m = 0; m < nmat; m++)
             if (j->mrows[m] <= 0) return nf_fail("cuda gemv: matrix %d of a flat job has %lld rows", m, (long long)j->mrows[m]);
@@ -1230,7 +1220,7 @@ static int job_check(const nf_gemv_job *j) {
 
 /* the kernel arguments of a job that do not depend on the kernel */
 static void job_params(const nf_gemv_job *j, gemv_params *p) {
-    const int nmat = job_mats(j);
+    const int nmat = nf_gemv_job_mats(j);
     memset(p, 0, sizeof *p);
     for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++) {
         p->w[m] = (const uint8_t *)j->w[m < nmat ? m : 0];
@@ -1255,7 +1245,7 @@ static void job_params(const nf_gemv_job *j, gemv_params *p) {
 /* the streaming kernel's arguments of a job under plan pl; -1 (nf_error) when a fused operation of the job
  * does not fit the plan */
 static int stream_params(const nf_gemv_job *j, const stream_plan *pl, gemv_params *p) {
-    const int nmat = job_mats(j);
+    const int nmat = nf_gemv_job_mats(j);
     p->units = pl->units;
     p->tpr = pl->tpr;
     p->wpr = pl->tpr / 32;
@@ -1283,7 +1273,7 @@ static int stream_params(const nf_gemv_job *j, const stream_plan *pl, gemv_param
 }
 
 /* problems of a streaming job's grid: a flat job's matrices share one */
-static int grid_problems(const nf_gemv_job *j) { return is_flat(j) ? 1 : job_mats(j) * j->nvec; }
+static int grid_problems(const nf_gemv_job *j) { return is_flat(j) ? 1 : nf_gemv_job_mats(j) * j->nvec; }
 
 /* CTAs per problem when `ctas` are shared by the job's problems: at least one, at most its batches */
 static int64_t ctas_per_problem(const gemv_params &p, int64_t ctas, int nprob) {
@@ -1298,7 +1288,7 @@ extern "C" int nf_cuda_gemv_run(const nf_gemv_job *j, void *stream) {
     if (nf_cuda_gemv_iq2_takes(j)) return nf_cuda_gemv_iq2_run(j, stream, g_sms, getenv_plan_log());
     if (nf_cuda_gemv_q2k_takes(j)) return nf_cuda_gemv_q2k_run(j, stream, g_sms, getenv_plan_log());
     const nf_type_info *ti = nf_type_get(j->type);
-    const int nmat = job_mats(j);
+    const int nmat = nf_gemv_job_mats(j);
     if (is_flat(j)) {
         stream_plan pl;
         if (!plan_stream(j, &pl)) { /* the plain kernel takes one height per launch: one launch per matrix */
@@ -1432,8 +1422,8 @@ extern "C" int nf_cuda_gemv_run_pair(const nf_gemv_job *a, const nf_gemv_job *b,
     g.nb = (int64_t)g.per_b * npb;
     g.total = g.nb + (int64_t)g.per_a * npa;
     if (getenv_plan_log()) {
-        log_plan(a, job_mats(a), &pp.a, pa.stage_x, g.per_a);
-        log_plan(b, job_mats(b), &pp.b, pb.stage_x, g.per_b);
+        log_plan(a, nf_gemv_job_mats(a), &pp.a, pa.stage_x, g.per_a);
+        log_plan(b, nf_gemv_job_mats(b), &pp.b, pb.stage_x, g.per_b);
         fprintf(stderr, "gemv pair: %s + %s: %lld CTAs (%d x %d, %d x %d), %d per SM, smem %zu\n", nf_type_get(a->type)->name,
                 nf_type_get(b->type)->name, (long long)g.total, npa, g.per_a, npb, g.per_b, per_sm, pp.smem);
     }

@@ -62,6 +62,19 @@ typedef struct nf_gemv_job {
     int64_t mrows[NF_CUDA_GEMV_MAX_MATS];
 } nf_gemv_job;
 
+/* the job's matrices (the used ones first, then NULL) */
+static inline int nf_gemv_job_mats(const nf_gemv_job *j) {
+    int n = 0;
+    while (n < NF_CUDA_GEMV_MAX_MATS && j->w[n]) n++;
+    return n;
+}
+/* 1 when some matrix has its own activation rows (xm) */
+static inline int nf_gemv_job_has_xm(const nf_gemv_job *j) {
+    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++)
+        if (j->xm[m]) return 1;
+    return 0;
+}
+
 /* Copy the IQ2_XXS tables to the device and prepare the kernels (shared memory limits, SM count) for the
  * current device; call once before any product (the first product calls it otherwise, which a CUDA graph
  * capture does not allow). */

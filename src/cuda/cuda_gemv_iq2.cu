@@ -269,24 +269,16 @@ extern "C" int nf_cuda_gemv_iq2_takes(const nf_gemv_job *j) {
     if (!iq2_rows_on() || j->type != NF_TYPE_IQ2_XXS) return 0;
     /* 2048 or 4096 columns: at 8192 the lane's 4 x 4 chunks of words exceed the 128 registers (spills) */
     if (j->cols != 2048 && j->cols != 4096) return 0;
-    if (j->rows <= 0 || j->rows % IQ2R_R || j->nvec < 1 || j->nvec > NF_CUDA_GEMV_MAX_VECTORS) return 0;
-    if (j->xup || j->xnorm || j->mrows[0] > 0) return 0;
-    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++)
-        if (j->xm[m]) return 0;
+    if (j->xup) return 0;
     /* one activation row for every vector */
     if (j->nvec > 1 && j->xdiv < j->nvec) return 0;
-    const int nmat = nf_rows_job_nmat(j);
-    if (!nmat) return 0;
-    if ((uintptr_t)j->x % 16 || j->slice_bytes % 4) return 0;
-    for (int m = 0; m < nmat; m++)
-        if ((uintptr_t)j->w[m] % 4 || !j->y[m]) return 0;
-    return 1;
+    return nf_rows_job_common(j, IQ2R_R) > 0;
 }
 
 extern "C" int nf_cuda_gemv_iq2_run(const nf_gemv_job *j, void *stream, int sms, int plan_log) {
     iq2r_params p;
     memset(&p, 0, sizeof p);
-    p.nmat = nf_rows_job_nmat(j);
+    p.nmat = nf_gemv_job_mats(j);
     for (int m = 0; m < p.nmat; m++) {
         p.w[m] = (const uint8_t *)j->w[m];
         p.y[m] = j->y[m];
@@ -300,10 +292,8 @@ extern "C" int nf_cuda_gemv_iq2_run(const nf_gemv_job *j, void *stream, int sms,
     p.smod = j->smod > 1 ? j->smod : 1;
     p.ldy = j->ldy;
     p.nvec = j->nvec;
-    /* one wave of 2 CTAs per SM (the lab's best: more warps were slower), fewer when the job has fewer steps */
-    const int64_t steps = (int64_t)p.nmat * p.nvec * p.rows / IQ2R_R, warps = IQ2R_THREADS / 32;
-    int64_t ctas = 2 * (int64_t)sms;
-    if (ctas > (steps + warps - 1) / warps) ctas = (steps + warps - 1) / warps;
+    /* one wave of 2 CTAs per SM (the lab's best: more warps were slower) */
+    const int64_t ctas = nf_rows_ctas((int64_t)p.nmat * p.nvec * p.rows / IQ2R_R, IQ2R_THREADS, sms);
     if (plan_log)
         fprintf(stderr, "gemv iq2rows: %lld x %lld, %d matrices x %d vectors, %lld CTAs of %d\n", (long long)p.rows,
                 (long long)j->cols, p.nmat, p.nvec, (long long)ctas, IQ2R_THREADS);

@@ -250,23 +250,15 @@ static int q2k_rows_per_step(void) {
 
 extern "C" int nf_cuda_gemv_q2k_takes(const nf_gemv_job *j) {
     if (!q2k_rows_on() || j->type != NF_TYPE_Q2_K || j->cols != Q2R_COLS) return 0;
-    if (j->rows <= 0 || j->rows % 4 || j->nvec < 1 || j->nvec > NF_CUDA_GEMV_MAX_VECTORS) return 0;
-    if (j->xnorm || j->mrows[0] > 0) return 0;
-    for (int m = 0; m < NF_CUDA_GEMV_MAX_MATS; m++)
-        if (j->xm[m]) return 0;
-    const int nmat = nf_rows_job_nmat(j);
-    if (!nmat) return 0;
-    /* float4 loads of the activation rows; 4-byte loads of the weights */
-    if ((uintptr_t)j->x % 16 || (j->xup && (uintptr_t)j->xup % 16) || j->ldx % 4 || j->slice_bytes % 4) return 0;
-    for (int m = 0; m < nmat; m++)
-        if ((uintptr_t)j->w[m] % 4 || !j->y[m]) return 0;
-    return 1;
+    /* float4 loads of every activation row (x's alignment: nf_rows_job_common) */
+    if ((j->xup && (uintptr_t)j->xup % 16) || j->ldx % 4) return 0;
+    return nf_rows_job_common(j, 4) > 0; /* 4: a multiple of both R */
 }
 
 extern "C" int nf_cuda_gemv_q2k_run(const nf_gemv_job *j, void *stream, int sms, int plan_log) {
     q2r_params p;
     memset(&p, 0, sizeof p);
-    p.nmat = nf_rows_job_nmat(j);
+    p.nmat = nf_gemv_job_mats(j);
     for (int m = 0; m < p.nmat; m++) {
         p.w[m] = (const uint8_t *)j->w[m];
         p.y[m] = j->y[m];
@@ -285,10 +277,7 @@ extern "C" int nf_cuda_gemv_q2k_run(const nf_gemv_job *j, void *stream, int sms,
     p.ldy = j->ldy;
     p.nvec = j->nvec;
     const int R = q2k_rows_per_step();
-    /* one wave of 2 CTAs per SM, fewer when the job has fewer steps */
-    const int64_t steps = (int64_t)p.nmat * p.nvec * p.rows / R, warps = Q2R_THREADS / 32;
-    int64_t ctas = 2 * (int64_t)sms;
-    if (ctas > (steps + warps - 1) / warps) ctas = (steps + warps - 1) / warps;
+    const int64_t ctas = nf_rows_ctas((int64_t)p.nmat * p.nvec * p.rows / R, Q2R_THREADS, sms);
     if (plan_log)
         fprintf(stderr, "gemv q2krows: %lld x %lld, %d matrices x %d vectors%s, R %d, %lld CTAs of %d\n",
                 (long long)p.rows, (long long)j->cols, p.nmat, p.nvec, p.xup ? " (SwiGLU)" : "", R, (long long)ctas,

@@ -1,6 +1,6 @@
 /* cuda_gemv_rows.h — what the warp-per-row decode kernels (cuda_gemv_iq2.cu, cuda_gemv_q2k.cu) share: the dp4a
  * products in their four signedness combinations (with the CPU emulation's versions: scripts/cuemu builds these
- * files without __CUDA_ARCH__), the 24-bit fixed point of their activations, and the job's matrix count.
+ * files without __CUDA_ARCH__), the 24-bit fixed point of their activations, and which jobs and grids they take.
  *
  * Why a fixed point: the products are exact integer sums of the weights' small integers times the activation's
  * codes, v = rint(x * (2^23 - 1) / amax) over a chunk of columns, as three byte planes (two unsigned low bytes, a
@@ -68,11 +68,23 @@ __device__ __forceinline__ void nf_rows_scale(float amax, float *pre, float *inv
     *inv = amax > 0.f && amax <= 3.4028235e38f ? NF_ROWS_TOP / (amax * *pre) : 0.f;
 }
 
-/* the matrices of a job (the used ones first, then NULL) */
-static inline int nf_rows_job_nmat(const nf_gemv_job *j) {
-    int n = 0;
-    while (n < NF_CUDA_GEMV_MAX_MATS && j->w[n]) n++;
-    return n;
+/* What both kernels need of a job besides its format and row length: rows a multiple of rmult, 1..MAX_VECTORS
+ * vectors, no in-kernel norm, no flat heights, no per-matrix activations, a 16-byte aligned activation x, 4-byte
+ * aligned weights and slices, every output set. Returns the job's matrix count, or 0 when it does not qualify. */
+static inline int nf_rows_job_common(const nf_gemv_job *j, int rmult) {
+    if (j->rows <= 0 || j->rows % rmult || j->nvec < 1 || j->nvec > NF_CUDA_GEMV_MAX_VECTORS) return 0;
+    if (j->xnorm || j->mrows[0] > 0 || nf_gemv_job_has_xm(j)) return 0;
+    const int nmat = nf_gemv_job_mats(j);
+    if (!nmat || (uintptr_t)j->x % 16 || j->slice_bytes % 4) return 0;
+    for (int m = 0; m < nmat; m++)
+        if ((uintptr_t)j->w[m] % 4 || !j->y[m]) return 0;
+    return nmat;
+}
+
+/* CTAs for `steps` warp steps: one wave of 2 CTAs per SM of `threads`, fewer when the job has fewer steps */
+static inline int64_t nf_rows_ctas(int64_t steps, int threads, int sms) {
+    const int64_t warps = threads / 32, need = (steps + warps - 1) / warps, wave = 2 * (int64_t)sms;
+    return need < wave ? need : wave;
 }
 
 #endif
