@@ -156,10 +156,13 @@ __global__ void __launch_bounds__(IQ2R_THREADS, 2) iq2_rows_kernel(const iq2r_pa
             v[4 * i] = f.x; v[4 * i + 1] = f.y; v[4 * i + 2] = f.z; v[4 * i + 3] = f.w;
         }
         float amax = 0.f;
+        int bad = 0; /* an inf or a nan in the chunk: its rows become nan (nf_rows_fold) */
 #pragma unroll
-        for (int i = 0; i < 16; i++) amax = fmaxf(amax, fabsf(v[i]));
+        for (int i = 0; i < 16; i++) nf_rows_fold(v[i], amax, bad);
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
+        bad |= __shfl_xor_sync(0xffffffffu, bad, 2);
         float pre, inv;
         nf_rows_scale(amax, &pre, &inv);
         uint32_t pl[3][4] = {};
@@ -171,8 +174,7 @@ __global__ void __launch_bounds__(IQ2R_THREADS, 2) iq2_rows_kernel(const iq2r_pa
         }
 #pragma unroll
         for (int b = 0; b < 3; b++) xq[(b * 4 + qd) * NCH + c] = make_uint4(pl[b][0], pl[b][1], pl[b][2], pl[b][3]);
-        /* an inf or nan activation makes the rows nan, as the f32 products would */
-        if (qd == 0) xs8[c] = amax <= 3.4028235e38f ? __fmul_rn(amax / NF_ROWS_TOP, 0.125f) : __int_as_float(0x7fc00000);
+        if (qd == 0) xs8[c] = __fmul_rn(nf_rows_unit(amax, bad), 0.125f);
     }
     __syncthreads();
     nf_pdl_release();

@@ -83,15 +83,11 @@ __device__ __forceinline__ void q2r_quantize(q2r_act &a, const float *xr, const 
             }
         }
     float amax = 0.f;
-    int bad = 0; /* an inf or a nan: the rows become nan, as the f32 products would */
+    int bad = 0; /* an inf or a nan: the rows become nan (nf_rows_fold) */
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
-        for (int t = 0; t < 16; t++) {
-            const float m = fabsf(v[j][t]);
-            bad |= !(m <= 3.4028235e38f);
-            amax = fmaxf(amax, m);
-        }
+        for (int t = 0; t < 16; t++) nf_rows_fold(v[j][t], amax, bad);
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     bad |= __shfl_xor_sync(0xffffffffu, bad, 1);
     float pre, inv;
@@ -116,7 +112,7 @@ __device__ __forceinline__ void q2r_quantize(q2r_act &a, const float *xr, const 
         }
         a.xs[j] = s;
     }
-    a.unit = bad ? __int_as_float(0x7fc00000) : amax / NF_ROWS_TOP;
+    a.unit = nf_rows_unit(amax, bad);
 }
 
 /* a lane's bytes of one row: 4 qs words, the 2 scale words of its half, d and dmin */

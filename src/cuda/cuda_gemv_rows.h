@@ -68,6 +68,19 @@ __device__ __forceinline__ void nf_rows_scale(float amax, float *pre, float *inv
     *inv = amax > 0.f && amax <= 3.4028235e38f ? NF_ROWS_TOP / (amax * *pre) : 0.f;
 }
 
+/* Folds x into a chunk's largest magnitude amax and its flag bad, set by an inf or a nan: fmaxf drops a nan (its
+ * chunk would round to finite codes), so the flag carries it, and nf_rows_unit makes the chunk's rows nan, as the
+ * f32 products would be (an inf included: its rows are not finite either way). */
+__device__ __forceinline__ void nf_rows_fold(float x, float &amax, int &bad) {
+    const float m = fabsf(x);
+    bad |= !(m <= 3.4028235e38f);
+    amax = fmaxf(amax, m);
+}
+/* the value of one code of a chunk of largest magnitude amax; a nan when the chunk is bad (nf_rows_fold) */
+__device__ __forceinline__ float nf_rows_unit(float amax, int bad) {
+    return bad ? __int_as_float(0x7fc00000) : amax / NF_ROWS_TOP;
+}
+
 /* What both kernels need of a job besides its format and row length: rows a multiple of rmult, 1..MAX_VECTORS
  * vectors, no in-kernel norm, no flat heights, no per-matrix activations, a 16-byte aligned activation x, 4-byte
  * aligned weights and slices, every output set. Returns the job's matrix count, or 0 when it does not qualify. */

@@ -4,15 +4,17 @@
  * Correctness: for every format, jobs of the shapes decode meets — 2048x4096, 4096x2048, rows that are not a
  * multiple of a CTA's batch, the 154880x4096 output head, 3-D expert tensors with per-vector ids (gate and up in
  * one launch, one activation per token; down with one activation per slot), one matrix times 2..8 vectors,
- * per-head matrices (v % smod), shapes only the plain kernel takes, activations spanning 2^-60..2^60 and an
- * all-zero activation (the result must be exactly 0). Weights come from the reference quantizer on random normal
- * rows; the reference is nf_dequantize's values dotted with x in double. The GPU sums in f32 in another order and
- * applies each block scale once per sub-block (exact in real arithmetic), so the bound is relative to
- * sum |w x| of the row. Output rows are NaN-poisoned (an unwritten row fails) and the padding between output
- * vectors and after the last one must stay untouched. NF_GEMV_TEST_SMALL=1 shrinks the shapes (for the CPU
- * emulation, scripts/cuemu). NF_GEMV_DUMP=file appends every case's raw outputs to the file: two builds whose
- * dumps are byte-identical (cmp) compute every product bit for bit alike (a check for kernel rewrites that must
- * not change results).
+ * per-head matrices (v % smod), shapes only the plain kernel takes, activations spanning 2^-60..2^60, an
+ * all-zero activation (the result must be exactly 0) and a NaN or an Inf in one column of the first activation
+ * row (every row of the vectors that read it must be NaN, or not finite for the Inf, as f32 products are; the
+ * other vectors as usual). Weights come from the reference quantizer on random normal rows; the reference is
+ * nf_dequantize's values dotted with x in double. The GPU sums in f32 in another order and applies each block
+ * scale once per sub-block (exact in real arithmetic), so the bound is relative to sum |w x| of the row. Output
+ * rows are NaN-poisoned (with a finite value in the NaN and Inf cases; an unwritten row fails) and the padding
+ * between output vectors and after the last one must stay untouched. NF_GEMV_TEST_SMALL=1 shrinks the shapes
+ * (for the CPU emulation, scripts/cuemu). NF_GEMV_DUMP=file appends every case's raw outputs to the file: two
+ * builds whose dumps are byte-identical (cmp) compute every product bit for bit alike (a check for kernel rewrites
+ * that must not change results).
  * Speed (a benchmark, not a pass/fail criterion): each case is timed as CUDA-graph replays of 20 launches that
  * rotate through weight copies larger than 8x the L2 (random expert ids per launch for the MoE cases); the read
  * probe reads the same number of bytes from the same copies the same way, so "fraction" = probe time / product
@@ -129,7 +131,8 @@ typedef struct {
     const char *name;
     int64_t rows, cols, slices; /* slices > 1: 3-D tensor */
     int nmat, nvec, xdiv, smod, use_ids;
-    int xkind;                  /* 0 gauss, 1 gauss * 2^[-60, 60], 2 zeros */
+    int xkind;                  /* 0 gauss, 1 gauss * 2^[-60, 60], 2 zeros, X_NAN / X_INF: gauss with a NaN / an
+                                 * Inf in one column of the first activation row */
     int woff;                   /* weights start this many bytes after an aligned address */
     int64_t distinct;           /* distinct weight rows (tiled) */
     int sample;                 /* check every sample-th row (plus the last 64) */
@@ -137,6 +140,14 @@ typedef struct {
                                  * FUSE_FLAT matrices of different heights on one vector (nf_gemv_job.mrows) */
 } job_case;
 enum { FUSE_XM = 1, FUSE_SWIGLU = 2, FUSE_NORM = 3, FUSE_FLAT = 4 };
+enum { X_NAN = 3, X_INF = 4 };
+
+/* whether f has the bits of the output poison, bytes pb */
+static int poisoned(float f, int pb) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u == 0x01010101u * (uint32_t)pb;
+}
 
 /* heights of a FUSE_FLAT case's matrices: the case's rows, then uneven fractions of it (batch-sized and not, down
  * to one row), so that batches of several matrices meet in one grid and partial last batches occur */
@@ -187,6 +198,10 @@ static int check_case(uint32_t type, const job_case *jc) {
                 xset[k][(size_t)i * ldx + c] = v;
             }
     }
+    /* one column of row 0 inside a chunk of both warp-per-row kernels (not its first) */
+    if (jc->xkind == X_NAN || jc->xkind == X_INF) xset[0][cols / 2 + 37] = jc->xkind == X_NAN ? NAN : -INFINITY;
+    /* the output poison: NaN (0xff bytes), or 0x7f7f7f7f (finite) where NaN is a result */
+    const int pb = jc->xkind == X_NAN || jc->xkind == X_INF ? 0x7f : 0xff;
     /* what the product sees: per set, the activation after the fused operation */
     double *xeff[NF_CUDA_GEMV_MAX_MATS] = {NULL};
     for (int k = 0; k < (jc->fuse == FUSE_XM ? nsets : 1); k++) {
@@ -225,7 +240,7 @@ static int check_case(uint32_t type, const job_case *jc) {
     for (int m = 0; m < jc->nmat; m++) {
         dw[m] = upload_weights(&rs, m, slices, rows, jc->woff);
         CHECK(cudaMalloc((void **)&dy[m], ybytes));
-        CHECK(cudaMemset(dy[m], 0xff, ybytes)); /* NaN poison */
+        CHECK(cudaMemset(dy[m], pb, ybytes));
         j.w[m] = dw[m];
         j.y[m] = dy[m];
     }
@@ -273,14 +288,14 @@ static int check_case(uint32_t type, const job_case *jc) {
     float *y = nf_xmalloc(ybytes), *y1 = nf_xmalloc(ybytes);
     double worst = 0;
     int64_t bad_rows = 0, pad_bad = 0, worst_r = -1, not_same = 0, over = 0;
-    int worst_v = 0, worst_m = 0, zero_bad = 0;
+    int worst_v = 0, worst_m = 0, zero_bad = 0, finite_bad = 0;
     for (int m = 0; !skip && m < jc->nmat; m++) {
         CHECK(cudaMemcpy(y, dy[m], ybytes, cudaMemcpyDeviceToHost));
         const int64_t mr = jc->fuse == FUSE_FLAT ? j.mrows[m] : rows; /* rows of this matrix */
         if (jc->fuse == FUSE_FLAT) {
             /* the same bits as a job of this matrix alone */
             const nf_gemv_job one = nf_cuda_gemv_one_of(&j, m);
-            CHECK(cudaMemset(dy[m], 0xff, ybytes));
+            CHECK(cudaMemset(dy[m], pb, ybytes));
             if (nf_cuda_gemv_run(&one, NULL)) nf_die("%s", nf_error());
             CHECK(cudaDeviceSynchronize());
             CHECK(cudaMemcpy(y1, dy[m], ybytes, cudaMemcpyDeviceToHost));
@@ -292,7 +307,11 @@ static int check_case(uint32_t type, const job_case *jc) {
             const double *xv = xeff[jc->fuse == FUSE_XM ? m : 0] + (size_t)(v / xdiv) * ldx;
             for (int64_t r = 0; r < mr; r++) {
                 const float got = y[(size_t)v * ldy + r];
-                if (isnan(got)) { bad_rows++; continue; }
+                if (poisoned(got, pb)) { bad_rows++; continue; }
+                if ((jc->xkind == X_NAN || jc->xkind == X_INF) && v / xdiv == 0) { /* reads the NaN or Inf */
+                    finite_bad += jc->xkind == X_NAN ? !isnan(got) : isfinite(got);
+                    continue;
+                }
                 if (r % jc->sample && r < mr - 64) continue;
                 const float *w = rs.deq + cols * src_row(&rs, m, sl, rows, r);
                 double ref = 0, mag = 0, fx = 0;
@@ -316,11 +335,11 @@ static int check_case(uint32_t type, const job_case *jc) {
                 if (!(err <= worst) && mag > 0) { worst = err; worst_r = r; worst_v = v; worst_m = m; }
                 if (mag == 0 && got != 0.f) zero_bad++;
             }
-            for (int64_t r = mr; r < ldy; r++) pad_bad += !isnan(y[(size_t)v * ldy + r]);
+            for (int64_t r = mr; r < ldy; r++) pad_bad += !poisoned(y[(size_t)v * ldy + r], pb);
         }
-        for (int i = 0; i < 64; i++) pad_bad += !isnan(y[(size_t)jc->nvec * ldy + i]);
+        for (int i = 0; i < 64; i++) pad_bad += !poisoned(y[(size_t)jc->nvec * ldy + i], pb);
     }
-    const int ok = !over && !bad_rows && !pad_bad && !zero_bad && !not_same;
+    const int ok = !over && !bad_rows && !pad_bad && !zero_bad && !not_same && !finite_bad;
     if (!skip)
         printf("gemv %-8s %-10s %6lldx%-5lld x%lld nmat %d nvec %d %-7s max |gpu-ref|/sum|wx| %.2e", nf_type_get(type)->name,
                jc->name, (long long)rows, (long long)cols, (long long)slices, jc->nmat, jc->nvec,
@@ -329,6 +348,8 @@ static int check_case(uint32_t type, const job_case *jc) {
     if (bad_rows) printf(", %lld rows not written", (long long)bad_rows);
     if (pad_bad) printf(", %lld writes outside the outputs", (long long)pad_bad);
     if (zero_bad) printf(", %d nonzero results of a zero product", zero_bad);
+    if (finite_bad) printf(", %d rows of the %s activation %s", finite_bad, jc->xkind == X_NAN ? "NaN" : "Inf",
+                           jc->xkind == X_NAN ? "not NaN" : "finite");
     if (not_same) printf(", %lld matrices differ from their own job's bits", (long long)not_same);
     if (!ok && worst_r >= 0) printf(" (worst: matrix %d vector %d row %lld)", worst_m, worst_v, (long long)worst_r);
     if (!skip) printf("  %s\n", ok ? "ok" : "FAIL");
@@ -803,7 +824,14 @@ static void run_bench(void) {
         {"flat2", 300, 2048, 1, 2, 1, 1, 1, 0, 0, 0, 300, 1, FUSE_FLAT}, \
         /* activations of extreme ranges and zeros at 2048 columns (the warp-per-row Q2_K kernel's row length) */ \
         {"x_range2k", 64, 2048, 1, 1, 2, 1, 1, 0, 1, 0, 64, 1, 0}, \
-        {"x_zero2k", 16, 2048, 1, 1, 1, 1, 1, 0, 2, 0, 16, 1, 0},
+        {"x_zero2k", 16, 2048, 1, 1, 1, 1, 1, 0, 2, 0, 16, 1, 0}, \
+        /* a NaN or an Inf in one activation column: one row (both warp-per-row kernels' row lengths), the routed \
+         * gate+up shape (one activation per token: the IQ2_XXS kernel's) and the routed down shape (one per slot: \
+         * the Q2_K kernel's, whose other slots must stay finite) */ \
+        {"x_nan2k", 64, 2048, 1, 1, 1, 1, 1, 0, X_NAN, 0, 64, 1, 0}, \
+        {"x_inf2k", 64, 2048, 1, 1, 1, 1, 1, 0, X_INF, 0, 64, 1, 0}, \
+        {"x_nan_gu", 64, 4096, 3, 2, 4, 4, 1, 1, X_NAN, 0, 64, 1, 0}, \
+        {"x_nan_dn", 64, 2048, 3, 1, 4, 1, 1, 1, X_NAN, 0, 64, 1, 0},
 
 int nf_gpu_test_gemv(int bench) {
     if (nf_cuda_gemv_init()) nf_die("%s", nf_error());
