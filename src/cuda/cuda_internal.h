@@ -296,13 +296,15 @@ int nf_cuda_scale(nf_cuda *c, float *x, int64_t n, float s);
 
 /* ---- device helpers shared by kernels ---- */
 __device__ __forceinline__ float nf_d_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-/* KDA's per-key-channel decay e = exp(gate(graw + dt)) (src/cpu/kda.c): with a negative lower bound lb,
+/* KDA's per-key-channel decay e = exp(gate(graw + dt)) (src/cpu/kda.c; the chunked path takes the gate itself): with a negative lower bound lb,
  * gate(f) = lb * sigmoid(rate * f), else -rate * softplus(f); rate = exp(A_log) = -ssm_a. One definition for both
  * recurrence paths (cuda_kda.cu, cuda_kda_scan.cu), which must compute it with the same operations. */
-__device__ __forceinline__ float nf_d_kda_decay(float graw, float dt, float rate, float lb) {
+__device__ __forceinline__ float nf_d_kda_gate(float graw, float dt, float rate, float lb) {
     const float f = __fadd_rn(graw, dt);
-    const float g = lb < 0.0f ? __fmul_rn(lb, nf_d_sigmoid(__fmul_rn(rate, f))) : __fmul_rn(-rate, nf_d_softplus(f));
-    return expf(g);
+    return lb < 0.0f ? __fmul_rn(lb, nf_d_sigmoid(__fmul_rn(rate, f))) : __fmul_rn(-rate, nf_d_softplus(f));
+}
+__device__ __forceinline__ float nf_d_kda_decay(float graw, float dt, float rate, float lb) {
+    return expf(nf_d_kda_gate(graw, dt, rate, lb));
 }
 /* ---- blocks ---- */
 int nf_cuda_hc_pre(nf_backend *be, int il, int site, const float *X, int T, float *h, float *mix);

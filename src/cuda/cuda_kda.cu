@@ -159,15 +159,30 @@ static bool prepared_allowed(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_KDA_PREP", "off");
 }
 
+/* NF_CUDA_KDA_CHUNK=off: prefill keeps the bit-exact serial paths in the default mode too. Read at each call (not
+ * cached) so that the GPU tests can turn it off around their bit-exactness checks of arbitrary chunkings. */
+static bool chunked_allowed(void) {
+    const char *e = getenv("NF_CUDA_KDA_CHUNK");
+    return !(e && !strcmp(e, "off"));
+}
+
 extern "C" int nf_cuda_kda_recurrence(cudaStream_t s, int path, float *S, float *qkv, float *g, const float *dt,
                                       const float *ssm_a, float lb, float *beta, float qscale, float *o, int T, int H,
-                                      int hd) {
+                                      int hd, float *work) {
     if (H < 1 || hd < 1 || hd > NF_KDA_MAX_HEAD_DIM)
         return nf_fail("cuda kda: %d heads of head_dim %d unsupported (head_dim <= %d)", H, hd, NF_KDA_MAX_HEAD_DIM);
     if (T <= 0) return 0;
-    if (path == NF_KDA_AUTO)
-        path = prepared_allowed() && T >= NF_KDA_PREPARED_MIN_T && nf_cuda_kda_prepared_supported(hd) ? NF_KDA_PREPARED
-                                                                                                     : NF_KDA_FUSED;
+    if (path == NF_KDA_AUTO) {
+        if (work && T >= NF_KDA_CHUNKED_MIN_T && nf_cuda_kda_chunked_supported(hd) && nf_cuda_gemm_mode() == 1 &&
+            chunked_allowed())
+            path = NF_KDA_CHUNKED;
+        else
+            path = prepared_allowed() && T >= NF_KDA_PREPARED_MIN_T && nf_cuda_kda_prepared_supported(hd)
+                       ? NF_KDA_PREPARED
+                       : NF_KDA_FUSED;
+    }
+    if (path == NF_KDA_CHUNKED)
+        return nf_cuda_kda_chunked(s, S, qkv, g, dt, ssm_a, lb, beta, qscale, o, T, H, hd, work);
     if (path == NF_KDA_PREPARED) return nf_cuda_kda_prepared(s, S, qkv, g, dt, ssm_a, lb, beta, qscale, o, T, H, hd);
     if (path != NF_KDA_FUSED) return nf_fail("cuda kda: unknown recurrence path %d", path);
     const int ry = (hd + NF_KDA_ROWS - 1) / NF_KDA_ROWS;
@@ -206,6 +221,8 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
           *beta = sc.get<float>((size_t)T * H), *o = sc.get<float>((size_t)T * inner),
           *gate = sc.get<float>((size_t)T * inner);
     if (!hist || !qkv || !tmp || !tmpg || !g || !beta || !o || !gate) return nf_fail("cuda kda: out of device memory");
+    /* the chunked recurrence's per-chunk decays (T / 64 x inner: 1/64 of one row buffer), for prefill calls only */
+    float *work = T >= NF_KDA_CHUNKED_MIN_T ? sc.get<float>(nf_cuda_kda_work_floats(T, H, hd)) : nullptr;
     cudaStream_t s = c->stream;
 
     float *u = hist + (size_t)rows * width;
@@ -247,7 +264,7 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
     if (nf_cuda_matmul_same_x(c, up, 2, low_in, rank, full, inner, T) < 0) return -1;
 
     if (nf_cuda_kda_recurrence(s, NF_KDA_AUTO, LS->S, qkv, g, dt, ssm_a, hp->kda_gate_lower_bound, beta,
-                               1.0f / sqrtf((float)hd), o, T, H, hd) < 0)
+                               1.0f / sqrtf((float)hd), o, T, H, hd, work) < 0)
         return nf_fail_prefix("layer %d kda", il);
 
     if (nf_cuda_rmsnorm_gated_rows(c, o, hd, T * H, hd, hp->rms_eps, onorm, gate, hd, o, hd) < 0) return -1;

@@ -23,6 +23,7 @@
  * addition for addition: there too each thread holds at most one channel (i = tid), each warp's 32 values are
  * added by the same xor tree, then the warp sums by the same xor tree over 32 slots; the fused kernel's extra
  * warps hold only +0.0, the same value this kernel puts in every slot past its own warps. */
+template <bool LOG2>
 __global__ void kda_prep_kernel(float *qkv, float *g, const float *dt, const float *ssm_a, float lb, float *beta,
                                 float qscale, int T, int H, int hd) {
     NF_PDL_ENTER();
@@ -64,7 +65,10 @@ __global__ void kda_prep_kernel(float *qkv, float *g, const float *dt, const flo
             qrow[tid] = __fmul_rn(__fdiv_rn(qv, dq), qscale);
             krow[tid] = __fdiv_rn(kv, dk);
             float *gr = g + (size_t)t * inner + h * hd;
-            gr[tid] = nf_d_kda_decay(gr[tid], dt[h * hd + tid], -ssm_a[h], lb);
+            if (LOG2) /* the chunked path's log2 of the decay (cuda_kda_chunk.cu) */
+                gr[tid] = __fmul_rn(nf_d_kda_gate(gr[tid], dt[h * hd + tid], -ssm_a[h], lb), 1.44269504088896341f);
+            else
+                gr[tid] = nf_d_kda_decay(gr[tid], dt[h * hd + tid], -ssm_a[h], lb);
         }
         if (tid == 0) beta[(size_t)t * H + h] = nf_d_sigmoid(beta[(size_t)t * H + h]);
     }
@@ -260,16 +264,25 @@ static int scan_ring(int hd) {
 
 extern "C" int nf_cuda_kda_prepared_supported(int hd) { return scan_ring(hd) > 0; }
 
+extern "C" int nf_cuda_kda_prep(cudaStream_t stream, float *qkv, float *g, const float *dt, const float *ssm_a,
+                                float lb, float *beta, float qscale, int T, int H, int hd, int log2_gate) {
+    const int64_t pairs = (int64_t)T * H;
+    const unsigned grid = (unsigned)(pairs < 65535 ? pairs : 65535), block = 32 * ((hd + 31) / 32);
+    if (log2_gate)
+        nf_launch(kda_prep_kernel<true>, grid, block, 0, stream, qkv, g, dt, ssm_a, lb, beta, qscale, T, H, hd);
+    else
+        nf_launch(kda_prep_kernel<false>, grid, block, 0, stream, qkv, g, dt, ssm_a, lb, beta, qscale, T, H, hd);
+    NF_LAUNCHED();
+    return 0;
+}
+
 extern "C" int nf_cuda_kda_prepared(cudaStream_t stream, float *S, float *qkv, float *g, const float *dt,
                                     const float *ssm_a, float lb, float *beta, float qscale, float *o, int T, int H,
                                     int hd) {
     const int ring = scan_ring(hd);
     if (!ring) return nf_fail("cuda kda: head_dim %d: the prepared recurrence needs hd <= 256", hd);
     if (T <= 0) return 0;
-    const int64_t pairs = (int64_t)T * H;
-    nf_launch(kda_prep_kernel, (unsigned)(pairs < 65535 ? pairs : 65535), 32 * ((hd + 31) / 32), 0, stream, qkv, g,
-              dt, ssm_a, lb, beta, qscale, T, H, hd);
-    NF_LAUNCHED();
+    if (nf_cuda_kda_prep(stream, qkv, g, dt, ssm_a, lb, beta, qscale, T, H, hd, 0) < 0) return -1;
     const int ry = (hd + NF_KDA_ROWS - 1) / NF_KDA_ROWS;
     const dim3 grid((hd + 31) / 32, H);
     const bool vec = hd % 4 == 0 && (uintptr_t)qkv % 16 == 0 && (uintptr_t)g % 16 == 0;

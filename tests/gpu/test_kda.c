@@ -13,8 +13,14 @@
  * degenerate result. Unless --quick or NF_KDA_TEST_SMALL=1 (for scripts/cuemu), glm53's full shape (64 heads,
  * 2048 tokens) is checked the same way (one-shot vs chunks vs fused).
  *
- * --bench: glm53's shapes (64 heads x 128), the fused and prepared paths interleaved round by round in one
- * process, at T = 1 .. 2048: microseconds per call (= per KDA layer) and per token, median of 5 rounds. */
+ * The chunked path (cuda_kda_chunk.cu) is not bit-identical to those two (f32, other summation orders): it must
+ * stay within CHUNKED_TOL of the CPU reference (at glm53's full shape, of the fused path) one-shot and over calls
+ * cut anywhere, equal its own one-shot bit for bit over calls cut at multiples of NF_KDA_CHUNK, be what
+ * NF_KDA_AUTO takes from NF_KDA_CHUNKED_MIN_T tokens (and not with NF_CUDA_KDA_CHUNK=off), and refuse
+ * head_dim > 128. Dropping P's diagonal (one term of every output) fails it with errors ~1.
+ *
+ * --bench: glm53's shapes (64 heads x 128), the fused, prepared and chunked paths interleaved round by round in
+ * one process, at T = 1 .. 16384: microseconds per call (= per KDA layer) and per token, median of 5 rounds. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -39,7 +45,7 @@ typedef struct {
     size_t nS, nqkv, ng, nb, no;
     float *S, *qkv, *g, *dt, *ssm_a, *beta;           /* host */
     float *dS, *dqkv, *dg, *ddt, *dssm_a, *dbeta;     /* device, pristine */
-    float *wS, *wqkv, *wg, *wbeta, *wo;                /* device, working */
+    float *wS, *wqkv, *wg, *wbeta, *wo, *wwork;        /* device, working */
 } problem;
 
 static float *dev_copy(const float *h, size_t n) {
@@ -74,11 +80,12 @@ static void problem_make(problem *p, int T, int H, int hd, float lb) {
     p->ddt = dev_copy(p->dt, inner), p->dssm_a = dev_copy(p->ssm_a, H), p->dbeta = dev_copy(p->beta, p->nb);
     p->wS = dev_alloc(p->nS), p->wqkv = dev_alloc(p->nqkv), p->wg = dev_alloc(p->ng), p->wbeta = dev_alloc(p->nb);
     p->wo = dev_alloc(p->no);
+    p->wwork = dev_alloc(nf_cuda_kda_work_floats(T, H, hd) + 4);
 }
 
 static void problem_free(problem *p) {
     free(p->S), free(p->qkv), free(p->g), free(p->dt), free(p->ssm_a), free(p->beta);
-    float *d[] = {p->dS, p->dqkv, p->dg, p->ddt, p->dssm_a, p->dbeta, p->wS, p->wqkv, p->wg, p->wbeta, p->wo};
+    float *d[] = {p->dS, p->dqkv, p->dg, p->ddt, p->dssm_a, p->dbeta, p->wS, p->wqkv, p->wg, p->wbeta, p->wo, p->wwork};
     for (size_t i = 0; i < sizeof d / sizeof *d; i++) CU(cudaFree(d[i]));
 }
 
@@ -95,7 +102,7 @@ static int call(const problem *p, cudaStream_t s, int path, int t0, int n) {
     const size_t inner = (size_t)p->H * p->hd;
     return nf_cuda_kda_recurrence(s, path, p->wS, p->wqkv + (size_t)t0 * 3 * inner, p->wg + (size_t)t0 * inner, p->ddt,
                                   p->dssm_a, p->lb, p->wbeta + (size_t)t0 * p->H, p->qscale,
-                                  p->wo + (size_t)t0 * inner, n, p->H, p->hd);
+                                  p->wo + (size_t)t0 * inner, n, p->H, p->hd, p->wwork);
 }
 
 /* the whole sequence through `path` in chunks of the given lengths (cyclic; chunk 0 = one-shot); o and the final
@@ -215,14 +222,78 @@ static void exact_case(cudaStream_t s, int T, int H, int hd, float lb, int with_
     problem_free(&p);
 }
 
+/* Relative error bound of the chunked path against the CPU reference: it sums in f32 in other orders (its chunk
+ * products and the triangular solve), so it is not bit-identical to the serial paths, only this close. */
+#define CHUNKED_TOL 2e-5
+
+/* the chunked path: one-shot within CHUNKED_TOL of the CPU (and of the fused path); calls cut at multiples of
+ * NF_KDA_CHUNK bit-identical to its one-shot; calls cut elsewhere within CHUNKED_TOL of the CPU; NF_KDA_AUTO with
+ * a work buffer takes it in the default mode from NF_KDA_CHUNKED_MIN_T tokens, and not with NF_CUDA_KDA_CHUNK=off
+ * (then the prepared path's bits); an unsupported head_dim refused. */
+static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int with_cpu) {
+    problem p;
+    problem_make(&p, T, H, hd, lb);
+    if (!nf_cuda_kda_chunked_supported(hd)) {
+        restore(&p, s);
+        const int rc = call(&p, s, NF_KDA_CHUNKED, 0, T);
+        CHECK(rc < 0 && strstr(nf_error(), "head_dim"), "hd=%d: the chunked path accepted an unsupported head_dim", hd);
+        printf("  kda chunked T=%-5d H=%-2d hd=%-3d: %s\n", T, H, hd, rc < 0 ? "refused (head_dim)" : "FAIL: accepted");
+        problem_free(&p);
+        return;
+    }
+    const int before = n_failed;
+    float *oc = malloc(p.no * sizeof(float)), *Sc = malloc(p.nS * sizeof(float));
+    float *o0 = malloc(p.no * sizeof(float)), *S0 = malloc(p.nS * sizeof(float));
+    float *o1 = malloc(p.no * sizeof(float)), *S1 = malloc(p.nS * sizeof(float));
+    if (!oc || !Sc || !o0 || !S0 || !o1 || !S1) nf_die("test_kda: out of memory");
+    /* the reference: the CPU, or (without it, at glm53's full shape) the fused GPU path, itself within 1e-4 of
+     * the CPU in exact_case */
+    if (with_cpu) cpu_reference(&p, oc, Sc);
+    else CHECK(run(&p, s, NF_KDA_FUSED, NULL, 0, oc, Sc) == 0, "fused T=%d failed", T);
+    CHECK(run(&p, s, NF_KDA_CHUNKED, NULL, 0, o0, S0) == 0, "chunked T=%d H=%d hd=%d: %s", T, H, hd, nf_error());
+    double err = rel_err(o0, oc, p.no), errS = rel_err(S0, Sc, p.nS);
+    CHECK(err <= CHUNKED_TOL && errS <= CHUNKED_TOL, "T=%d H=%d hd=%d lb=%g: chunked one-shot vs %s: rel err o %.3g S %.3g > %g",
+          T, H, hd, lb, with_cpu ? "CPU" : "fused", err, errS, CHUNKED_TOL);
+    static const int aligned[] = {2 * NF_KDA_CHUNK, NF_KDA_CHUNK, 3 * NF_KDA_CHUNK};
+    static const int odd[] = {NF_KDA_CHUNK + 37, 23, NF_KDA_CHUNK - 1, 2 * NF_KDA_CHUNK + 5};
+    CHECK(run(&p, s, NF_KDA_CHUNKED, aligned, 3, o1, S1) == 0, "chunked (aligned calls): %s", nf_error());
+    const size_t da = bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS);
+    CHECK(da == 0, "T=%d H=%d hd=%d: chunked in calls of multiples of %d: %zu values differ from its one-shot", T, H, hd,
+          NF_KDA_CHUNK, da);
+    CHECK(run(&p, s, NF_KDA_CHUNKED, odd, 4, o1, S1) == 0, "chunked (odd calls): %s", nf_error());
+    const double eodd = fmax(rel_err(o1, oc, p.no), rel_err(S1, Sc, p.nS));
+    CHECK(eodd <= CHUNKED_TOL, "T=%d H=%d hd=%d: chunked in odd calls: rel err %.3g > %g", T, H, hd, eodd, CHUNKED_TOL);
+    /* the automatic choice */
+    CHECK(run(&p, s, NF_KDA_AUTO, NULL, 0, o1, S1) == 0, "auto: %s", nf_error());
+    const size_t dauto = bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS);
+    if (T >= NF_KDA_CHUNKED_MIN_T)
+        CHECK(dauto == 0, "T=%d: NF_KDA_AUTO (default mode, work buffer) did not take the chunked path", T);
+    setenv("NF_CUDA_KDA_CHUNK", "off", 1);
+    const int rca = run(&p, s, NF_KDA_AUTO, NULL, 0, o1, S1);
+    unsetenv("NF_CUDA_KDA_CHUNK");
+    CHECK(rca == 0 && run(&p, s, nf_cuda_kda_prepared_supported(hd) && T >= NF_KDA_PREPARED_MIN_T ? NF_KDA_PREPARED
+                                                                                                  : NF_KDA_FUSED,
+                          NULL, 0, o0, S0) == 0,
+          "auto / serial: %s", nf_error());
+    const size_t doff = bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS);
+    CHECK(doff == 0, "T=%d: NF_KDA_AUTO with NF_CUDA_KDA_CHUNK=off is not the serial path (%zu values differ)", T, doff);
+    printf("  kda chunked T=%-5d H=%-2d hd=%-3d lb=%-2g: %s (vs %s: o %.2e S %.2e, odd calls %.2e; aligned calls "
+           "bit-identical: %s; auto %s)\n",
+           T, H, hd, lb, n_failed == before ? "ok" : "FAIL", with_cpu ? "CPU" : "fused", err, errS, eodd,
+           da ? "no" : "yes", T >= NF_KDA_CHUNKED_MIN_T ? (dauto ? "not chunked" : "chunked") : "serial (short)");
+    free(oc), free(Sc), free(o0), free(S0), free(o1), free(S1);
+    problem_free(&p);
+}
+
 static int cmp_float(const void *a, const void *b) {
     const float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
 }
 
-/* glm53's shapes, both paths interleaved: 5 rounds of (fused, prepared), each `reps` calls on restored inputs */
+/* glm53's shapes, the paths interleaved: 5 rounds of (fused, prepared, chunked), each `reps` calls on restored
+ * inputs (fused only up to 2048 tokens, chunked from NF_KDA_CHUNKED_MIN_T) */
 static void bench(cudaStream_t s) {
-    static const int Ts[] = {1, 2, 4, 8, 9, 16, 64, 256, 2048};
+    static const int Ts[] = {1, 2, 4, 8, 9, 16, 64, 256, 2048, 16384};
     const int H = 64, hd = 128;
     cudaEvent_t e0, e1;
     CU(cudaEventCreate(&e0));
@@ -232,14 +303,15 @@ static void bench(cudaStream_t s) {
         const int T = Ts[it], reps = T >= 256 ? 1 : 20;
         problem p;
         problem_make(&p, T, H, hd, -5.0f);
-        float us[2][5];
+        float us[3][5] = {{0}};
+        static const int paths[3] = {NF_KDA_FUSED, NF_KDA_PREPARED, NF_KDA_CHUNKED};
         for (int round = 0; round < 5; round++) {
-            for (int path = 0; path < 2; path++) {
+            for (int path = 0; path < 3; path++) {
+                if ((path == 0 && T > 2048) || (path == 2 && T < NF_KDA_CHUNKED_MIN_T)) continue;
                 restore(&p, s);
                 CU(cudaEventRecord(e0, s));
                 for (int r = 0; r < reps; r++)
-                    if (call(&p, s, path ? NF_KDA_PREPARED : NF_KDA_FUSED, 0, T) < 0)
-                        nf_die("test_kda bench: %s", nf_error());
+                    if (call(&p, s, paths[path], 0, T) < 0) nf_die("test_kda bench: %s", nf_error());
                 CU(cudaEventRecord(e1, s));
                 CU(cudaEventSynchronize(e1));
                 float ms;
@@ -247,10 +319,11 @@ static void bench(cudaStream_t s) {
                 us[path][round] = 1000.0f * ms / reps;
             }
         }
-        qsort(us[0], 5, sizeof(float), cmp_float);
-        qsort(us[1], 5, sizeof(float), cmp_float);
-        printf("  bench kda T=%-5d fused %10.1f us (%7.3f us/token)  prepared %10.1f us (%7.3f us/token)  x%.2f\n", T,
-               us[0][2], us[0][2] / T, us[1][2], us[1][2] / T, us[0][2] / us[1][2]);
+        for (int path = 0; path < 3; path++) qsort(us[path], 5, sizeof(float), cmp_float);
+        printf("  bench kda T=%-5d fused %10.1f us (%7.3f us/token)  prepared %10.1f us (%7.3f us/token)  chunked "
+               "%10.1f us (%7.3f us/token)  prepared/chunked x%.2f\n",
+               T, us[0][2], us[0][2] / T, us[1][2], us[1][2] / T, us[2][2], us[2][2] / T,
+               us[2][2] > 0 ? us[1][2] / us[2][2] : 0.0);
         problem_free(&p);
     }
     CU(cudaEventDestroy(e0));
@@ -270,6 +343,15 @@ int nf_gpu_test_kda(int bench_on, int quick) {
     exact_case(s, 12, 1, 256, 0.0f, 1);
     exact_case(s, 10, 1, 512, -5.0f, !small);
     if (!small) exact_case(s, 2048, 64, 128, -5.0f, 0);
+    printf("kda: the chunked recurrence (within %.0e of the CPU; bit-identical over calls cut at multiples of %d)\n",
+           CHUNKED_TOL, NF_KDA_CHUNK);
+    chunked_case(s, 37, 2, 128, -5.0f, 1);  /* one partial chunk */
+    chunked_case(s, 300, 2, 128, -5.0f, 1); /* glm53's head_dim, 16-byte copies, a partial last chunk */
+    chunked_case(s, 192, 3, 100, -5.0f, 1); /* 4-byte copies, padded key channels, two column blocks */
+    chunked_case(s, 130, 2, 16, 0.0f, 1);   /* the fixtures' head_dim, the softplus gate */
+    chunked_case(s, 200, 2, 36, -5.0f, 1);
+    chunked_case(s, 70, 1, 256, 0.0f, 1);   /* refused: head_dim > 128 */
+    if (!small) chunked_case(s, 2048, 64, 128, -5.0f, 0);
     if (bench_on) bench(s);
     CU(cudaStreamDestroy(s));
     printf("kda: %s\n", n_failed ? "FAIL" : "PASS");

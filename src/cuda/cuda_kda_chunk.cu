@@ -1,0 +1,412 @@
+/* cuda_kda_chunk.cu — the chunked path of the KDA delta-rule recurrence (cuda_kda.h), for long prefills.
+ *
+ * Why: the token-serial scan (cuda_kda_scan.cu) does ~2 x hd^2 flops per token and head between two barriers, so
+ * a prefill pays ~1.4 us per token and KDA layer whatever the GPU could do in parallel: 11.5% of a prefill chunk
+ * on the H100. In its chunked form the recurrence needs one serial step per NF_KDA_CHUNK (C = 64) tokens, and
+ * everything inside a chunk that does not depend on the incoming state is computed for all chunks at once.
+ *
+ * The algebra (one head; S0 the state before a chunk, t, s tokens of the chunk, G_t the cumulative log2 decay of
+ * the chunk through token t inclusive, per key channel, so Γ_t = 2^G_t; every exponent below is <= 0):
+ *   a_ts = Σ_i k_t[i] k_s[i] 2^(G_t[i] - G_s[i])  (s < t),   P_ts = Σ_i q_t[i] k_s[i] 2^(G_t[i] - G_s[i])  (s <= t)
+ *   the recurrence's d_t (the delta rule's β-scaled residual of token t) solves the unit lower-triangular system
+ *   d_t + β_t Σ_{s<t} a_ts d_s = β_t (v_t - S0^T Γ_t k_t), so with X = (I + diag(β) a)^-1 diag(β):
+ *   d = U0 - M1 S0,                 U0 = X V,  M1 = X (Γ K)
+ *   o = O0 + Q' S0,                 O0 = P U0,  Q' = Γ Q - P M1
+ *   S_C = Γ_C S0 + Kd^T d,          Kd_s = 2^(G_C - G_s) k_s
+ * Kernel 1 (kda_chunk_prep_kernel, one block per chunk and head, all chunks in parallel) computes a and P (the
+ * exponent differences are taken per channel, so nothing overflows however fast the decay), solves for M1 and U0
+ * (one thread per column, forward substitution in registers), and writes M1, Q', U0, Kd, O0 and Γ_C in place of
+ * the chunk's k, q, v, g, o rows (and the work buffer). Kernel 2 (kda_chunk_scan_kernel, one block per head and 64
+ * value columns) walks the chunks in order with S0 in shared memory: per chunk two products with S0 (d and o) and
+ * the rank-64 update, ~3 x 64 x hd flops per column instead of 64 serial token steps, the next chunk's operands
+ * copied in while it computes.
+ *
+ * The sums run in other orders than the serial paths' (f32 throughout, no double accumulators), so this path is
+ * only taken where a prefill already rounds differently (cuda_kda.h); test_kda bounds it against the CPU. */
+#include <cuda_pipeline.h>
+
+#include "cuda/cuda_internal.h"
+#include "cuda/cuda_kda.h"
+#include "cuda/cuda_launch.h"
+
+#define KC NF_KDA_CHUNK
+#define KC_TILE 32  /* key channels per tile of the pair sums */
+#define KC_THREADS 256
+#define KS_NC 64    /* value columns per block of the serial pass */
+#define KS_THREADS 512
+
+static_assert(KC == 64, "the pair sums map 16 x 16 threads onto 4 x 4 pairs each of a 64-token chunk");
+static_assert(2 * NF_KDA_CHUNKED_MAX_HEAD_DIM <= KC_THREADS, "one thread per key and per value column");
+
+static size_t prep_smem(void) { return (size_t)(2 * KC * KC + 3 * KC * (KC_TILE + 1) + KC) * sizeof(float); }
+static __host__ __device__ int pad4(int hd) { return (hd + 3) & ~3; }
+static __host__ __device__ size_t scan_smem(int hd) {
+    const int h4 = pad4(hd);
+    return (size_t)(2 * KC * h4 + h4 * KS_NC + KC * h4 + 3 * KC * KS_NC + h4) * sizeof(float);
+}
+
+/* Σ_{s < N} p[s] X[s] in two chains (half the dependent latency). N is a template parameter, and the callers
+ * below expand their row loops by template recursion, so every index into X is a constant and X stays in
+ * registers (a plain nested loop of 64 x 64 was not unrolled by nvcc: X went to local memory). */
+/* p[0..3] from shared memory (p 16-byte aligned) by a volatile load: nvcc otherwise hoists the 4000 loads of a
+ * thread's triangular sums to the top, all live at once, and spills (ptxas: 255 registers, ~1.3 KB of stack) */
+__device__ __forceinline__ float4 lds4(const float *p) {
+#ifdef NF_CUEMU
+    return *(const float4 *)p;
+#else
+    float4 v;
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
+    return v;
+#endif
+}
+template <int N> __device__ __forceinline__ float dot_rows(const float *p, const float (&X)[KC]) {
+    float e0 = 0.0f, e1 = 0.0f;
+#pragma unroll
+    for (int s = 0; s < N; s += 4) {
+        const float4 v = lds4(p + s);
+        const float w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (s + u < N) {
+                if (u & 1)
+                    e1 = __fmaf_rn(w[u], X[s + u], e1);
+                else
+                    e0 = __fmaf_rn(w[u], X[s + u], e0);
+            }
+        }
+    }
+    return __fadd_rn(e0, e1);
+}
+/* X[t] -= Σ_{s < t} A[t][s] X[s] for t = T .. KC - 1 in order: forward substitution in place */
+template <int T> __device__ __forceinline__ void substitute(const float *A, float (&X)[KC]) {
+    if constexpr (T < KC) {
+        X[T] = __fsub_rn(X[T], dot_rows<T>(A + T * KC, X));
+        substitute<T + 1>(A, X);
+    }
+}
+/* f(t, Σ_{s <= t} P[t][s] X[s]) for t = T .. KC - 1 */
+template <int T, class F> __device__ __forceinline__ void each_prow(const float *P, const float (&X)[KC], F &&f) {
+    if constexpr (T < KC) {
+        f(T, dot_rows<T + 1>(P + T * KC, X));
+        each_prow<T + 1>(P, X, f);
+    }
+}
+
+/* Block (chunk blockIdx.x, head blockIdx.y), KC_THREADS threads. In place for the chunk's n <= KC tokens: q rows
+ * <- Q', k rows <- M1, v rows <- U0, g rows (log2 decays on entry) <- Kd, o rows <- O0; gam[chunk][h][i] <- Γ_C. */
+__global__ void __launch_bounds__(KC_THREADS) kda_chunk_prep_kernel(float *qkv, float *g, const float *beta, float *o,
+                                                                   float *gam, int T, int H, int hd) {
+    NF_PDL_ENTER();
+    extern __shared__ __align__(16) float sh[];
+    float *A = sh;       /* [KC][KC]: β_t a_ts below the diagonal, 0 elsewhere */
+    float *P = A + KC * KC;         /* [KC][KC]: P_ts on and below the diagonal */
+    float *tk = P + KC * KC;        /* [KC][KC_TILE + 1] key, query and cumulative decay tiles */
+    float *tq = tk + KC * (KC_TILE + 1), *tg = tq + KC * (KC_TILE + 1);
+    float *bs = tg + KC * (KC_TILE + 1); /* [KC] β */
+    const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, inner = H * hd;
+    const int t0 = c * KC, n = T - t0 < KC ? T - t0 : KC;
+    const size_t rs = (size_t)3 * inner; /* qkv's row stride */
+    float *q0 = qkv + (size_t)t0 * rs + h * hd, *k0 = q0 + inner, *v0 = q0 + 2 * inner;
+    float *g0 = g + (size_t)t0 * inner + h * hd;
+
+    /* G: the chunk's cumulative log2 decay per channel, in place; thread i < hd keeps its channel's G_C */
+    float gl = 0.0f;
+    if (tid < hd) {
+        float gv[KC];
+#pragma unroll
+        for (int t = 0; t < KC; t++) gv[t] = t < n ? g0[(size_t)t * inner + tid] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < KC; t++) {
+            gl += gv[t];
+            if (t < n) g0[(size_t)t * inner + tid] = gl;
+        }
+    }
+    if (tid < KC) bs[tid] = tid < n ? beta[(size_t)(t0 + tid) * H + h] : 0.0f;
+    __syncthreads();
+
+    /* the pair sums: thread (ti, si) owns pairs (ti + 16 a, si + 16 b); one exponent serves a and P */
+    const int ti = tid >> 4, si = tid & 15;
+    float sa[4][4], sp[4][4];
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++) sa[a][b] = sp[a][b] = 0.0f;
+    for (int i0 = 0; i0 < hd; i0 += KC_TILE) {
+        const int w = hd - i0 < KC_TILE ? hd - i0 : KC_TILE;
+        for (int x = tid; x < KC * KC_TILE; x += KC_THREADS) {
+            const int t = x / KC_TILE, i = x % KC_TILE;
+            const bool ok = t < n && i < w;
+            tk[t * (KC_TILE + 1) + i] = ok ? k0[(size_t)t * rs + i0 + i] : 0.0f;
+            tq[t * (KC_TILE + 1) + i] = ok ? q0[(size_t)t * rs + i0 + i] : 0.0f;
+            tg[t * (KC_TILE + 1) + i] = ok ? g0[(size_t)t * inner + i0 + i] : 0.0f;
+        }
+        __syncthreads();
+        for (int i = 0; i < w; i++) {
+            float ks[4], gs[4];
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                ks[b] = tk[(si + 16 * b) * (KC_TILE + 1) + i];
+                gs[b] = tg[(si + 16 * b) * (KC_TILE + 1) + i];
+            }
+#pragma unroll
+            for (int a = 0; a < 4; a++) {
+                const int t = ti + 16 * a;
+                const float kt = tk[t * (KC_TILE + 1) + i], qt = tq[t * (KC_TILE + 1) + i],
+                            gt = tg[t * (KC_TILE + 1) + i];
+#pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    /* t < n: a padded token's G is 0, above the real ones, and its exponent would be positive */
+                    if (si + 16 * b <= t && t < n) {
+                        const float e = __fmul_rn(exp2f(__fsub_rn(gt, gs[b])), ks[b]);
+                        sa[a][b] = __fmaf_rn(kt, e, sa[a][b]);
+                        sp[a][b] = __fmaf_rn(qt, e, sp[a][b]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const int t = ti + 16 * a, s = si + 16 * b;
+            A[t * KC + s] = s < t ? __fmul_rn(bs[t], sa[a][b]) : 0.0f;
+            P[t * KC + s] = s <= t ? sp[a][b] : 0.0f;
+        }
+    __syncthreads();
+
+    /* one column per thread: key channel i = tid (right-hand side β Γ k) or value column tid - hd (β v) */
+    const bool key = tid < hd;
+    if (tid >= 2 * hd) return;
+    const int i = key ? tid : tid - hd;
+    /* elementwise first (a loop, not unrolled): key columns q <- Γ q, g <- Kd, k <- the right-hand side β Γ k;
+     * value columns v <- β v. Then X: the right-hand side, in place the solution (row t needs rows < t only). */
+    float *xcol = key ? k0 + i : v0 + i;
+    for (int t = 0; t < n; t++) {
+        const size_t r = (size_t)t * rs + i;
+        if (key) {
+            const float gt = g0[(size_t)t * inner + i], dec = exp2f(gt), kt = k0[r];
+            q0[r] = __fmul_rn(dec, q0[r]);
+            g0[(size_t)t * inner + i] = __fmul_rn(exp2f(__fsub_rn(gl, gt)), kt);
+            k0[r] = __fmul_rn(bs[t], __fmul_rn(dec, kt));
+        } else {
+            v0[r] = __fmul_rn(bs[t], v0[r]);
+        }
+    }
+    float X[KC];
+#pragma unroll
+    for (int t = 0; t < KC; t++) X[t] = t < n ? xcol[(size_t)t * rs] : 0.0f;
+    substitute<1>(A, X);
+    /* M1 or U0 = X; then Q' = Γ q - P M1 (the volatile load keeps nvcc from hoisting all 64 of them) or O0 = P U0 */
+#pragma unroll
+    for (int t = 0; t < KC; t++)
+        if (t < n) xcol[(size_t)t * rs] = X[t];
+    if (key) {
+        each_prow<0>(P, X, [&](int t, float y) {
+            if (t < n) {
+                float *qr = q0 + (size_t)t * rs + i;
+                *qr = __fsub_rn(*(volatile const float *)qr, y);
+            }
+        });
+        gam[((size_t)c * H + h) * hd + i] = exp2f(gl);
+    } else {
+        float *ov = o + (size_t)t0 * inner + h * hd + i;
+        each_prow<0>(P, X, [&](int t, float y) {
+            if (t < n) ov[(size_t)t * inner] = y;
+        });
+    }
+}
+
+/* dst[0..n) = src[0..n) by cp.async: 16-byte copies when VEC (n, both addresses multiples of 4 floats) */
+template <bool VEC> __device__ __forceinline__ void copy_row(float *dst, const float *src, int n, int lane, int nl) {
+    if (VEC) {
+        for (int x = lane; x < n / 4; x += nl) __pipeline_memcpy_async(dst + 4 * x, src + 4 * x, 16);
+    } else {
+        for (int x = lane; x < n; x += nl) __pipeline_memcpy_async(dst + x, src + x, 4);
+    }
+}
+
+/* Block (value columns [64 blockIdx.x, +64), head blockIdx.y), KS_THREADS threads: the chunks in order, S0 in
+ * shared memory. Per chunk: (a) [d; o - O0] = [M1; Q'] S0 by 4 x 4 tiles, d = U0 - .., o written; (b) S0 =
+ * Γ_C S0 + Kd^T d. Kd and Γ_C are copied in during (a), the next chunk's M1, Q', U0, O0 during (b). */
+template <bool VEC>
+__global__ void __launch_bounds__(KS_THREADS, 1) kda_chunk_scan_kernel(float *S, const float *qkv, const float *kd,
+                                                                      const float *gam, float *o, int T, int H,
+                                                                      int hd) {
+    NF_PDL_ENTER();
+    extern __shared__ __align__(16) float sh[];
+    const int h = blockIdx.y, j0 = blockIdx.x * KS_NC, tid = threadIdx.x, inner = H * hd, h4 = pad4(hd);
+    const int nc = hd - j0 < KS_NC ? hd - j0 : KS_NC, nch = (T + KC - 1) / KC;
+    const size_t rs = (size_t)3 * inner;
+    float *Xs = sh;        /* [2 KC][h4]: M1 rows, then Q' rows */
+    float *Ss = Xs + 2 * KC * h4;    /* [h4][KS_NC] the state's columns */
+    float *Ks = Ss + h4 * KS_NC;     /* [KC][h4] Kd */
+    float *U0s = Ks + KC * h4;       /* [KC][KS_NC] */
+    float *O0s = U0s + KC * KS_NC;   /* [KC][KS_NC] */
+    float *Ds = O0s + KC * KS_NC;    /* [KC][KS_NC] d */
+    float *Gs = Ds + KC * KS_NC;     /* [h4] Γ_C */
+    float *Sh = S + (size_t)h * hd * hd;
+
+    /* zeros where no copy lands: padded key channels and value columns, the rows past a last partial chunk */
+    for (int x = tid; x < (int)(scan_smem(hd) / sizeof(float)); x += KS_THREADS) sh[x] = 0.0f;
+    __syncthreads();
+    for (int x = tid; x < hd * nc; x += KS_THREADS) Ss[(x / nc) * KS_NC + x % nc] = Sh[(size_t)(x / nc) * hd + j0 + x % nc];
+
+    const int warp = tid / 32, lane = tid % 32, nwarp = KS_THREADS / 32;
+    auto issue_xuo = [&](int c) {
+        if (c < nch) {
+            const int t0 = c * KC, n = T - t0 < KC ? T - t0 : KC;
+            /* one warp per row: 2 n rows of X (hd each), n rows of U0 and O0 (nc each) */
+            for (int r = warp; r < 4 * n; r += nwarp) {
+                const int t = r % n, part = r / n;
+                const float *q = qkv + (size_t)(t0 + t) * rs + h * hd;
+                if (part == 0) copy_row<VEC>(Xs + t * h4, q + inner, hd, lane, 32);                 /* M1 */
+                else if (part == 1) copy_row<VEC>(Xs + (KC + t) * h4, q, hd, lane, 32);         /* Q' */
+                else if (part == 2) copy_row<VEC>(U0s + t * KS_NC, q + 2 * inner + j0, nc, lane, 32);
+                else copy_row<VEC>(O0s + t * KS_NC, o + (size_t)(t0 + t) * inner + h * hd + j0, nc, lane, 32);
+            }
+        }
+        __pipeline_commit();
+    };
+    auto issue_kd = [&](int c) {
+        const int t0 = c * KC, n = T - t0 < KC ? T - t0 : KC;
+        for (int r = warp; r < n; r += nwarp) copy_row<VEC>(Ks + r * h4, kd + (size_t)(t0 + r) * inner + h * hd, hd, lane, 32);
+        if (warp == nwarp - 1) copy_row<VEC>(Gs, gam + ((size_t)c * H + h) * hd, hd, lane, 32);
+        __pipeline_commit();
+    };
+
+    const int rg = tid >> 4, cg = tid & 15; /* (a): rows 4 rg..+3 of [M1; Q'], columns 4 cg..+3; (b): key rows */
+    issue_xuo(0);
+    for (int c = 0; c < nch; c++) {
+        const int t0 = c * KC, n = T - t0 < KC ? T - t0 : KC;
+        __syncthreads(); /* (b) of the chunk before is done with Ks, Ds and Ss */
+        if (n < KC) /* the last chunk is partial: its missing rows must read as zeros */
+            for (int x = tid; x < (KC - n) * h4; x += KS_THREADS) {
+                Xs[n * h4 + x] = 0.0f, Xs[(KC + n) * h4 + x] = 0.0f, Ks[n * h4 + x] = 0.0f;
+            }
+        if (n < KC)
+            for (int x = tid; x < (KC - n) * KS_NC; x += KS_THREADS) U0s[n * KS_NC + x] = 0.0f;
+        issue_kd(c);
+        __pipeline_wait_prior(1); /* this thread's copies of M1, Q', U0, O0 */
+        __syncthreads();
+        {
+            float acc[4][4];
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int b = 0; b < 4; b++) acc[a][b] = 0.0f;
+            const float *xr = Xs + 4 * rg * h4, *sc = Ss + 4 * cg;
+            for (int k = 0; k < h4; k += 4) {
+                float4 x[4], s[4];
+#pragma unroll
+                for (int a = 0; a < 4; a++) x[a] = *(const float4 *)(xr + a * h4 + k);
+#pragma unroll
+                for (int b = 0; b < 4; b++) s[b] = *(const float4 *)(sc + (k + b) * KS_NC);
+#pragma unroll
+                for (int a = 0; a < 4; a++) {
+                    acc[a][0] = __fmaf_rn(x[a].x, s[0].x, acc[a][0]), acc[a][1] = __fmaf_rn(x[a].x, s[0].y, acc[a][1]);
+                    acc[a][2] = __fmaf_rn(x[a].x, s[0].z, acc[a][2]), acc[a][3] = __fmaf_rn(x[a].x, s[0].w, acc[a][3]);
+                    acc[a][0] = __fmaf_rn(x[a].y, s[1].x, acc[a][0]), acc[a][1] = __fmaf_rn(x[a].y, s[1].y, acc[a][1]);
+                    acc[a][2] = __fmaf_rn(x[a].y, s[1].z, acc[a][2]), acc[a][3] = __fmaf_rn(x[a].y, s[1].w, acc[a][3]);
+                    acc[a][0] = __fmaf_rn(x[a].z, s[2].x, acc[a][0]), acc[a][1] = __fmaf_rn(x[a].z, s[2].y, acc[a][1]);
+                    acc[a][2] = __fmaf_rn(x[a].z, s[2].z, acc[a][2]), acc[a][3] = __fmaf_rn(x[a].z, s[2].w, acc[a][3]);
+                    acc[a][0] = __fmaf_rn(x[a].w, s[3].x, acc[a][0]), acc[a][1] = __fmaf_rn(x[a].w, s[3].y, acc[a][1]);
+                    acc[a][2] = __fmaf_rn(x[a].w, s[3].z, acc[a][2]), acc[a][3] = __fmaf_rn(x[a].w, s[3].w, acc[a][3]);
+                }
+            }
+            if (rg < KC / 4) { /* d = U0 - M1 S0 */
+#pragma unroll
+                for (int a = 0; a < 4; a++)
+#pragma unroll
+                    for (int b = 0; b < 4; b++) {
+                        const int x = (4 * rg + a) * KS_NC + 4 * cg + b;
+                        Ds[x] = __fsub_rn(U0s[x], acc[a][b]);
+                    }
+            } else { /* o = O0 + Q' S0 */
+#pragma unroll
+                for (int a = 0; a < 4; a++) {
+                    const int t = 4 * (rg - KC / 4) + a;
+                    if (t < n)
+#pragma unroll
+                        for (int b = 0; b < 4; b++) {
+                            const int j = 4 * cg + b;
+                            if (j < nc)
+                                o[(size_t)(t0 + t) * inner + h * hd + j0 + j] = __fadd_rn(O0s[t * KS_NC + j], acc[a][b]);
+                        }
+                }
+            }
+        }
+        __pipeline_wait_prior(0); /* Kd and Γ_C */
+        __syncthreads();         /* every d is in; X, U0, O0 are free */
+        issue_xuo(c + 1);
+        if (4 * rg < h4) { /* S0 = Γ_C S0 + Kd^T d for key rows 4 rg..+3 */
+            float acc[4][4];
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int b = 0; b < 4; b++) acc[a][b] = 0.0f;
+            for (int s = 0; s < KC; s++) {
+                const float4 k4 = *(const float4 *)(Ks + s * h4 + 4 * rg), d4 = *(const float4 *)(Ds + s * KS_NC + 4 * cg);
+                const float kk[4] = {k4.x, k4.y, k4.z, k4.w}, dd[4] = {d4.x, d4.y, d4.z, d4.w};
+#pragma unroll
+                for (int a = 0; a < 4; a++)
+#pragma unroll
+                    for (int b = 0; b < 4; b++) acc[a][b] = __fmaf_rn(kk[a], dd[b], acc[a][b]);
+            }
+#pragma unroll
+            for (int a = 0; a < 4; a++) {
+                const int i = 4 * rg + a;
+#pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    float *sv = Ss + i * KS_NC + 4 * cg + b;
+                    *sv = __fmaf_rn(Gs[i], *sv, acc[a][b]);
+                }
+            }
+        }
+    }
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    for (int x = tid; x < hd * nc; x += KS_THREADS) Sh[(size_t)(x / nc) * hd + j0 + x % nc] = Ss[(x / nc) * KS_NC + x % nc];
+}
+
+extern "C" int nf_cuda_kda_chunked_supported(int hd) { return hd >= 1 && hd <= NF_KDA_CHUNKED_MAX_HEAD_DIM; }
+
+extern "C" size_t nf_cuda_kda_work_floats(int T, int H, int hd) {
+    return T > 0 ? (size_t)((T + KC - 1) / KC) * H * hd : 0;
+}
+
+extern "C" int nf_cuda_kda_chunked(cudaStream_t stream, float *S, float *qkv, float *g, const float *dt,
+                                   const float *ssm_a, float lb, float *beta, float qscale, float *o, int T, int H,
+                                   int hd, float *work) {
+    if (!nf_cuda_kda_chunked_supported(hd))
+        return nf_fail("cuda kda: head_dim %d: the chunked recurrence needs hd <= %d", hd, NF_KDA_CHUNKED_MAX_HEAD_DIM);
+    if (!work) return nf_fail("cuda kda: the chunked recurrence needs a work buffer");
+    if (T <= 0) return 0;
+    if (nf_cuda_kda_prep(stream, qkv, g, dt, ssm_a, lb, beta, qscale, T, H, hd, 1) < 0) return -1;
+    static bool smem_set[NF_CUDA_MAX_DEVICES]; /* over 48 KiB of dynamic shared memory needs the opt-in, per device */
+    const int dev = nf_cuda_device_now();
+    if (dev >= NF_CUDA_MAX_DEVICES || !smem_set[dev]) {
+        NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem()));
+        const int most = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM);
+        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+        if (dev < NF_CUDA_MAX_DEVICES) smem_set[dev] = true;
+    }
+    const int nch = (T + KC - 1) / KC;
+    nf_launch(kda_chunk_prep_kernel, dim3(nch, H), KC_THREADS, prep_smem(), stream, qkv, g, (const float *)beta, o,
+              work, T, H, hd);
+    NF_LAUNCHED();
+    const bool vec = hd % 4 == 0 && (uintptr_t)qkv % 16 == 0 && (uintptr_t)g % 16 == 0 && (uintptr_t)o % 16 == 0 &&
+                     (uintptr_t)work % 16 == 0;
+    const dim3 grid((hd + KS_NC - 1) / KS_NC, H);
+    if (vec)
+        nf_launch(kda_chunk_scan_kernel<true>, grid, KS_THREADS, scan_smem(hd), stream, S, (const float *)qkv,
+                  (const float *)g, (const float *)work, o, T, H, hd);
+    else
+        nf_launch(kda_chunk_scan_kernel<false>, grid, KS_THREADS, scan_smem(hd), stream, S, (const float *)qkv,
+                  (const float *)g, (const float *)work, o, T, H, hd);
+    NF_LAUNCHED();
+    return 0;
+}
