@@ -50,7 +50,23 @@ int nf_cuda_mla_core(cudaStream_t stream, const float *latent, const float *qt, 
 /* The core with its path forced, for tests and for timing the paths against each other in one process (the
  * environment switches are read once); NF_MLA_PATH_AUTO is nf_cuda_mla_core. A decode path forced on sizes it
  * does not take fails. */
-typedef enum { NF_MLA_PATH_AUTO, NF_MLA_PATH_TILED, NF_MLA_PATH_ONLINE, NF_MLA_PATH_TWOPASS, NF_MLA_PATH_TC } nf_mla_path;
+typedef enum {
+    NF_MLA_PATH_AUTO,
+    NF_MLA_PATH_TILED,
+    NF_MLA_PATH_ONLINE,
+    NF_MLA_PATH_TWOPASS,
+    NF_MLA_PATH_TC,
+    NF_MLA_PATH_FLASH
+} nf_mla_path;
+/* NF_MLA_PATH_FLASH (cuda_mla_flash.cu; never chosen by AUTO: the backend takes it where it would take
+ * NF_MLA_PATH_TC, for kl 64 / 128 / 256 / 512, unless NF_CUDA_MLA_FLASH=off): the same bf16 products in one kernel
+ * with an online softmax, no score scratch (S unused); ~2^-8 relative to the f32 paths, independent of T. */
+int nf_mla_flash_supported(int kl);
+int nf_mla_flash(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H, int kl,
+                 int width, float scale, float *U);
+/* 1 when the backend's prefill attention takes NF_MLA_PATH_FLASH (nf_cuda_mla_tc_wanted(T), kl supported,
+ * NF_CUDA_MLA_FLASH not off) */
+int nf_cuda_mla_flash_wanted(int T, int kl);
 /* NF_MLA_PATH_TC (never chosen by AUTO: the backend takes it for prefill in its default bf16 mode, see
  * nf_cuda_mla_tc_wanted): the scores and the values as bf16 tensor-core products (qt, the latent rows and p
  * rounded to bf16, f32 accumulation), the same two-pass softmax in f32 between them; ~2^-8 relative to the f32

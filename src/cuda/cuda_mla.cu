@@ -421,6 +421,16 @@ extern "C" int nf_cuda_mla_tc_wanted(int T) {
     return T >= NF_CUDA_GEMM_MIN_VECTORS && tc_enabled() && nf_cuda_gemm_mode() == 1;
 }
 
+/* NF_CUDA_MLA_FLASH=off: prefill keeps the three-kernel tensor-core core (A/B) */
+static bool flash_enabled(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_MLA_FLASH", "off");
+}
+
+extern "C" int nf_cuda_mla_flash_wanted(int T, int kl) {
+    return nf_cuda_mla_tc_wanted(T) && nf_mla_flash_supported(kl) && flash_enabled();
+}
+
 static bool split_enabled(void) {
     static int cache = -1;
     return nf_cuda_env_switch(&cache, "NF_CUDA_MLA_SPLIT", "off");
@@ -469,6 +479,7 @@ extern "C" int nf_cuda_mla_core_path(nf_mla_path path, cudaStream_t stream, cons
             return nf_fail("cuda mla: the online decode path takes T <= 4, kv_lora_rank 32 x 1..32 (a power of two), "
                            "not T %d, kv_lora_rank %d", T, kl);
         return nf_mla_online(stream, latent, qt, sel, T, H, kl, width, scale, S, U);
+    case NF_MLA_PATH_FLASH: return nf_mla_flash(stream, latent, qt, sel, T, H, kl, width, scale, U);
     case NF_MLA_PATH_TC: {
         const int64_t lds = srow(width);
         nf_launch(mla_score_tc_kernel, dim3((width + TC_T - 1) / TC_T, T, (H + TC_T - 1) / TC_T), 256, 0, stream, latent,
@@ -510,6 +521,8 @@ extern "C" int nf_cuda_mla_core_path(nf_mla_path path, cudaStream_t stream, cons
 
 /* score scratch a prefill may hold at once */
 #define MLA_CHUNK_BYTES ((size_t)256 << 20)
+/* tokens per core call of the one-kernel path */
+#define MLA_FLASH_CHUNK 4096
 
 int nf_cuda_mla_attend(nf_backend *be, int il, nf_state *st, const float *q, const int32_t *sel, int T, float *y) {
     nf_cuda *c = nf_cuda_of(be);
@@ -518,21 +531,23 @@ int nf_cuda_mla_attend(nf_backend *be, int il, nf_state *st, const float *q, con
     const nf_layer *L = &c->m->layers[il];
     const int H = hp->n_head, dk = hp->qk_nope_dim, dv = hp->v_head_dim, kl = hp->kv_lora_rank, n = hp->n_embd;
     const int width = nf_topk_width(hp);
+    /* by the forward's T, not the chunk's: every chunk of one prefill takes the same path */
+    const bool tc_path = nf_cuda_mla_tc_wanted(T), flash = nf_cuda_mla_flash_wanted(T, kl);
+    /* the one-kernel core needs no score scratch: chunks of MLA_FLASH_CHUNK tokens (qt and U 0.5 GB each at glm53's
+     * dims), so that k_b, v_b and the output projection run as larger GEMMs too */
     const size_t per_token = (size_t)H * srow(width) * sizeof(float);
-    const size_t fit = MLA_CHUNK_BYTES / per_token;
+    const size_t fit = flash ? MLA_FLASH_CHUNK : MLA_CHUNK_BYTES / per_token;
     const int chunk = imin(T, fit < 1 ? 1 : fit > 65535 ? 65535 : (int)fit);
     nf_cuda_scratch sc(c);
-    float *qt = sc.get<float>((size_t)chunk * H * kl), *S = sc.get<float>(nf_cuda_mla_scratch_floats(chunk, H, kl, width)),
+    float *qt = sc.get<float>((size_t)chunk * H * kl), *S = flash ? nullptr : sc.get<float>(nf_cuda_mla_scratch_floats(chunk, H, kl, width)),
           *U = sc.get<float>((size_t)chunk * H * kl), *o = sc.get<float>((size_t)chunk * H * dv);
-    if (!qt || !S || !U || !o) return nf_fail("cuda mla: out of device memory");
+    if (!qt || (!S && !flash) || !U || !o) return nf_fail("cuda mla: out of device memory");
     nf_cuda_mat kb = nf_cuda_mat_of(c, &L->k_b), vb = nf_cuda_mat_of(c, &L->v_b), wo = nf_cuda_mat_of(c, &L->attn_output);
     const float scale = 1.0f / sqrtf((float)dk);
-    /* by the forward's T, not the chunk's: every chunk of one prefill takes the same path */
-    const bool tc_path = nf_cuda_mla_tc_wanted(T);
     for (int t0 = 0; t0 < T; t0 += chunk) {
         const int tc = imin(chunk, T - t0);
         if (nf_cuda_matmul_ex(c, &kb, q + (size_t)t0 * H * dk, dk, 1, H, nullptr, qt, kl, tc * H) < 0) return -1;
-        const nf_mla_path path = tc_path ? NF_MLA_PATH_TC : NF_MLA_PATH_AUTO;
+        const nf_mla_path path = flash ? NF_MLA_PATH_FLASH : tc_path ? NF_MLA_PATH_TC : NF_MLA_PATH_AUTO;
         if (nf_cuda_mla_core_path(path, c->stream, st->L[il].latent, qt, sel + (size_t)t0 * width, tc, H, kl, width, scale,
                                   S, U) < 0)
             return -1;

@@ -330,28 +330,40 @@ static void core_check(int H, int kl, int width, int64_t ctx, int T, int force_p
     size_t ndiff = 0;
     for (size_t i = 0; i < nU; i++) ndiff += memcmp(&g[R_ONE][i], &g[R_GROUPS][i], sizeof(float)) != 0;
     CHECK(ndiff == 0, "%zu of %zu values differ between one-token calls and calls of 4 tokens", ndiff, nU);
-    /* the bf16 tensor-core path (prefill's, NF_MLA_PATH_TC): all tokens in one call and in two calls; its operands
-     * are rounded to bf16 (~2^-9 each), so the tolerance is bf16's, and it is as independent of T as the others */
-    {
+    /* the bf16 tensor-core paths (prefill's: NF_MLA_PATH_TC, and the one-kernel NF_MLA_PATH_FLASH where it takes
+     * kl): all tokens in one call and in two calls; their operands are rounded to bf16 (~2^-9 each), so the
+     * tolerance is bf16's, and they are as independent of T as the others. The flash path gets no score scratch
+     * (it must not need one). */
+    for (int fl = 0; fl < 2; fl++) {
+        const nf_mla_path path = fl ? NF_MLA_PATH_FLASH : NF_MLA_PATH_TC;
+        const char *name = fl ? "one-kernel (flash) bf16 tensor cores" : "bf16 tensor cores";
+        float *const Sp = fl ? NULL : S;
+        if (fl && !nf_mla_flash_supported(kl)) {
+            CHECK(nf_cuda_mla_core_path(path, 0, dlat, dqt, dsel, T, H, kl, width, fscale, Sp, U) < 0,
+                  "the flash path accepted kv_lora_rank %d", kl);
+            printf("  mla core kl %d: the flash path refuses it (as it must)\n", kl);
+            continue;
+        }
         float *tc1 = nf_xmalloc(nU * sizeof(float)), *tc2 = nf_xmalloc(nU * sizeof(float));
         const int half = T / 2;
-        int rc = nf_cuda_mla_core_path(NF_MLA_PATH_TC, 0, dlat, dqt, dsel, T, H, kl, width, fscale, S, U);
+        CU(cudaMemset(U, 0xff, nU * sizeof(float))); /* NaN: a value never written shows */
+        int rc = nf_cuda_mla_core_path(path, 0, dlat, dqt, dsel, T, H, kl, width, fscale, Sp, U);
         CU(cudaDeviceSynchronize());
         CU(cudaMemcpy(tc1, U, nU * sizeof(float), cudaMemcpyDeviceToHost));
-        if (rc == 0) rc = nf_cuda_mla_core_path(NF_MLA_PATH_TC, 0, dlat, dqt, dsel, half, H, kl, width, fscale, S, U);
+        if (rc == 0) rc = nf_cuda_mla_core_path(path, 0, dlat, dqt, dsel, half, H, kl, width, fscale, Sp, U);
         if (rc == 0)
-            rc = nf_cuda_mla_core_path(NF_MLA_PATH_TC, 0, dlat, dqt + (size_t)half * H * kl, dsel + (size_t)half * width,
-                                       T - half, H, kl, width, fscale, S, U + (size_t)half * H * kl);
-        CHECK(rc == 0, "mla core (tensor cores): %s", nf_error());
+            rc = nf_cuda_mla_core_path(path, 0, dlat, dqt + (size_t)half * H * kl, dsel + (size_t)half * width,
+                                       T - half, H, kl, width, fscale, Sp, U + (size_t)half * H * kl);
+        CHECK(rc == 0, "mla core (%s): %s", name, nf_error());
         CU(cudaDeviceSynchronize());
         CU(cudaMemcpy(tc2, U, nU * sizeof(float), cudaMemcpyDeviceToHost));
         const double e = core_err(ref, tc1, T * H, kl);
         size_t nd = 0;
         for (size_t i = 0; i < nU; i++) nd += memcmp(&tc1[i], &tc2[i], sizeof(float)) != 0;
-        printf("  mla core H %d kl %d width %d, %d tokens, bf16 tensor cores: max rel err vs double %.2e (tol 1e-2), "
-               "one call vs two: %zu of %zu values differ\n", H, kl, width, T, e, nd, nU);
-        CHECK(e <= 1e-2, "attention core error %.3g (bf16 tensor cores)", e);
-        CHECK(nd == 0, "%zu of %zu values differ between one call and two calls on the tensor-core path", nd, nU);
+        printf("  mla core H %d kl %d width %d, %d tokens, %s: max rel err vs double %.2e (tol 1e-2), "
+               "one call vs two: %zu of %zu values differ\n", H, kl, width, T, name, e, nd, nU);
+        CHECK(e <= 1e-2, "attention core error %.3g (%s)", e, name);
+        CHECK(nd == 0, "%zu of %zu values differ between one call and two calls on the %s path", nd, nU, name);
         free(tc1);
         free(tc2);
     }
@@ -410,8 +422,8 @@ static void bench_decode_paths(const float *dlat, const float *dqt, const int32_
  * (2 x H x kl multiply-adds per valid selected entry, counted from the selection rows). */
 static void bench_prefill_paths(const float *dlat, const float *dqt, const int32_t *dsel, int T, int H, int kl, int width,
                                 int reps, float *S, float *U, cudaEvent_t *ev) {
-    enum { NP = 2 };
-    static const nf_mla_path paths[NP] = {NF_MLA_PATH_TILED, NF_MLA_PATH_TC};
+    enum { NP = 3 };
+    static const nf_mla_path paths[NP] = {NF_MLA_PATH_TILED, NF_MLA_PATH_TC, NF_MLA_PATH_FLASH};
     int32_t *hsel = nf_xmalloc((size_t)T * width * sizeof(int32_t));
     CU(cudaMemcpy(hsel, dsel, (size_t)T * width * sizeof(int32_t), cudaMemcpyDeviceToHost));
     double valid = 0;
@@ -432,9 +444,10 @@ static void bench_prefill_paths(const float *dlat, const float *dqt, const int32
     }
     for (int k = 0; k < NP; k++) qsort(t[k], reps, sizeof(float), cmp_float);
     const double flop = 4.0 * H * kl * valid; /* scores and values: 2 flops per multiply-add each */
-    printf("%9s %5s prefill attention by path, us per token: tiled %.2f (%.1f TFLOPS), tensor cores %.2f (%.1f TFLOPS)\n",
+    printf("%9s %5s prefill attention by path, us per token: tiled %.2f (%.1f TFLOPS), tensor cores %.2f (%.1f TFLOPS), "
+           "one kernel %.2f (%.1f TFLOPS)\n",
            "", "", t[0][reps / 2] * 1000.0 / T, flop / (t[0][reps / 2] * 1e-3) / 1e12, t[1][reps / 2] * 1000.0 / T,
-           flop / (t[1][reps / 2] * 1e-3) / 1e12);
+           flop / (t[1][reps / 2] * 1e-3) / 1e12, t[2][reps / 2] * 1000.0 / T, flop / (t[2][reps / 2] * 1e-3) / 1e12);
     for (int k = 0; k < NP; k++) free(t[k]);
 }
 

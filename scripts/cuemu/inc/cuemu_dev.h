@@ -172,6 +172,21 @@ inline void cuemu_ldmatrix_x4(uint32_t r[4], const void *p) {
     }
     cuemu_wait(2);
 }
+/* ldmatrix .trans: lane l receives, of matrix i, the 16-bit elements [2 (l % 4)][l / 4] (low half) and
+ * [2 (l % 4) + 1][l / 4] (high half) */
+inline void cuemu_ldmatrix_x4_trans(uint32_t r[4], const void *p) {
+    auto &f = cuemu_B->f[cuemu_B->cur];
+    int lin = (int)(f.tx + f.ty * cuemu_B->bdim.x), w = lin / 32, lane = lin % 32;
+    memcpy(cuemu_B->xchg[w][lane], &p, sizeof p);
+    cuemu_wait(2);
+    for (int i = 0; i < 4; i++) {
+        const uint16_t *r0, *r1;
+        memcpy(&r0, cuemu_B->xchg[w][8 * i + 2 * (lane % 4)], sizeof r0);
+        memcpy(&r1, cuemu_B->xchg[w][8 * i + 2 * (lane % 4) + 1], sizeof r1);
+        r[i] = (uint32_t)r0[lane / 4] | ((uint32_t)r1[lane / 4] << 16);
+    }
+    cuemu_wait(2);
+}
 inline float cuemu_bf16_at(uint32_t word, int half) { return __uint_as_float(half ? word & 0xFFFF0000u : word << 16); }
 inline void cuemu_mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
     auto &f = cuemu_B->f[cuemu_B->cur];

@@ -1,0 +1,220 @@
+/* cuda_mla_flash.cu — the sparse MLA core (cuda_attn.h) for prefill in one kernel: NF_MLA_PATH_FLASH.
+ *
+ * Why: the tensor-core path of cuda_mla.cu runs the core as three kernels with the scores in global memory
+ * between them: a token's 2048 selected latent rows are read twice (once per product), its 64 x 2048 score
+ * matrix is written, read and written by the softmax and read again by the value kernel, and each of the value
+ * kernel's 8 column tiles reloads all of it: ~17 MB of traffic per token and MLA layer, ~12% of a 65536-token
+ * prefill. Here one CTA takes one token and 32 heads and walks the selection in tiles of 64 rows: each tile is
+ * read from the cache once (f32, rounded to bf16 as it is staged), the 32 x 64 scores come from mma.sync
+ * (qt . c), an online softmax (running max and sum per head, the running values rescaled when the max grows)
+ * turns them into p in shared memory, and mma.sync adds p c into the 32 x kl values held in registers. Nothing
+ * but U is written; the two CTAs of a token's 64 heads read the same rows at about the same time (L2).
+ *
+ * Rounding: qt, the latent rows and p in bf16 (as NF_MLA_PATH_TC), f32 accumulation; the softmax in f32 with the
+ * flash form's order (the sum of each tile's exponentials against the running max). A token's values depend only
+ * on its own rows, so like every other path it is independent of how many tokens share a call. */
+#include "cuda/cuda_attn.h"
+#include "cuda/cuda_internal.h"
+#include "cuda/cuda_launch.h"
+#include "cuda/cuda_mma.h"
+
+#define FL_HT 32       /* heads per CTA */
+#define FL_ST 64       /* selected rows per tile */
+#define FL_THREADS 256 /* 8 warps: 2 head groups of 16 x 4 column (or slot) groups */
+#define FL_SP (FL_ST + 4)  /* f32 score row */
+#define FL_PP (FL_ST + 8)  /* bf16 p row: 144 bytes, ldmatrix without bank conflicts */
+
+template <int KL> struct fl_layout {
+    static constexpr int KP = KL + 8; /* bf16 row of qt and of a latent row: (KL + 8) * 2 bytes, 16-byte aligned */
+    static constexpr size_t q_off = 0, c_off = q_off + (size_t)FL_HT * KP * 2, s_off = c_off + (size_t)FL_ST * KP * 2,
+                            p_off = s_off + (size_t)FL_HT * FL_SP * 4, st_off = p_off + (size_t)FL_HT * FL_PP * 2,
+                            pos_off = st_off + (size_t)4 * FL_HT * 4, bytes = pos_off + (size_t)FL_ST * 4;
+};
+
+/* four 8x8 b16 matrices transposed (ldmatrix .trans): lane l gives the address of row l % 8 of matrix l / 8 and
+ * receives, of matrix i, the elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4] */
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const uint16_t *p) {
+#ifdef __CUDACC__
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+    cuemu_ldmatrix_x4_trans(r, p);
+#endif
+}
+
+/* n floats at src (n % 4 == 0, 16-byte aligned) to bf16 at dst, by the block's threads; zeros when src is NULL */
+__device__ __forceinline__ void fl_stage_row(uint16_t *dst, const float *src, int n, int tid, int nt) {
+    for (int c4 = tid; c4 < n / 4; c4 += nt) {
+        const float4 v = src ? *(const float4 *)(src + 4 * c4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        uint2 u;
+        u.x = pack_bf16x2(v.x, v.y);
+        u.y = pack_bf16x2(v.z, v.w);
+        *(uint2 *)(dst + 4 * c4) = u;
+    }
+}
+
+/* CTA = (token blockIdx.x, heads [32 blockIdx.y, +32)); U [T][H][KL] */
+template <int KL>
+__global__ void __launch_bounds__(FL_THREADS, 2) mla_flash_kernel(const float *__restrict__ latent,
+                                                                  const float *__restrict__ qt,
+                                                                  const int32_t *__restrict__ sel, int H, int width,
+                                                                  float scale, float *__restrict__ U) {
+    NF_PDL_ENTER();
+    using L = fl_layout<KL>;
+    constexpr int KP = L::KP, NT = KL / 32; /* n8 tiles of a warp's value columns (KL / 4 of them) */
+    static_assert(KL % 64 == 0 && KL <= 512, "value columns per warp: pairs of n8 tiles");
+    extern __shared__ __align__(16) float sh[];
+    uint8_t *base = (uint8_t *)sh;
+    uint16_t *Qs = (uint16_t *)(base + L::q_off), *Cs = (uint16_t *)(base + L::c_off), *Ps = (uint16_t *)(base + L::p_off);
+    float *Ss = (float *)(base + L::s_off), *Ms = (float *)(base + L::st_off), *Ls = Ms + FL_HT, *As = Ls + FL_HT;
+    int32_t *pos = (int32_t *)(base + L::pos_off);
+    const int t = blockIdx.x, h0 = blockIdx.y * FL_HT, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp & 1, wn = warp >> 1, g = lane >> 2, t4 = lane & 3;
+    const int32_t *row = sel + (int64_t)t * width;
+
+    for (int r = 0; r < FL_HT; r++)
+        fl_stage_row(Qs + r * KP, h0 + r < H ? qt + ((int64_t)t * H + h0 + r) * KL : nullptr, KL, tid, FL_THREADS);
+    if (tid < FL_HT) Ms[tid] = -INFINITY, Ls[tid] = 0.0f;
+    float acc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+
+    for (int s0 = 0; s0 < width; s0 += FL_ST) {
+        /* positions (a barrier: the tile before is done with Cs, Ps, the statistics) */
+        int valid = 0;
+        for (int j = tid; j < FL_ST; j += FL_THREADS) {
+            const int32_t p = s0 + j < width ? row[s0 + j] : -1;
+            pos[j] = p;
+            valid |= p >= 0;
+        }
+        if (!__syncthreads_or(valid)) continue; /* a tile without a selected row adds nothing */
+        for (int r = 0; r < FL_ST; r++)
+            fl_stage_row(Cs + r * KP, pos[r] >= 0 ? latent + (int64_t)pos[r] * KL : nullptr, KL, tid, FL_THREADS);
+        __syncthreads();
+        /* scores: warp (wm, wn) takes heads 16 wm .., slots 16 wn .. (two n8 tiles), k = the latent dims */
+        {
+            float sc[2][4] = {};
+#pragma unroll 8
+            for (int kk = 0; kk < KL / 16; kk++) {
+                uint32_t af[4], r[4];
+                ldsm_x4(af, Qs + (wm * 16 + (lane & 15)) * KP + kk * 16 + (lane >> 4) * 8);
+                ldsm_x4(r, Cs + (wn * 16 + (lane & 7) + ((lane >> 4) << 3)) * KP + kk * 16 + ((lane >> 3) & 1) * 8);
+                const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                mma_bf16(sc[0], af, b0);
+                mma_bf16(sc[1], af, b1);
+            }
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int hr = wm * 16 + g + 8 * (q >> 1), sl = wn * 16 + n * 8 + 2 * t4 + (q & 1);
+                    Ss[hr * FL_SP + sl] = pos[sl] >= 0 ? __fmul_rn(sc[n][q], scale) : -INFINITY;
+                }
+        }
+        __syncthreads();
+        /* online softmax: 8 threads per head row, 8 slots each */
+        {
+            const int hr = tid >> 3, part = tid & 7;
+            float v[8], mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                v[j] = Ss[hr * FL_SP + part * 8 + j];
+                mx = fmaxf(mx, v[j]);
+            }
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+            const float mold = Ms[hr], mnew = fmaxf(mold, mx); /* finite: the tile has a selected row */
+            float sum = 0.0f;
+            uint32_t pk[4];
+#pragma unroll
+            for (int j = 0; j < 8; j += 2) {
+                const float e0 = pos[part * 8 + j] >= 0 ? expf(__fsub_rn(v[j], mnew)) : 0.0f;
+                const float e1 = pos[part * 8 + j + 1] >= 0 ? expf(__fsub_rn(v[j + 1], mnew)) : 0.0f;
+                sum = __fadd_rn(__fadd_rn(sum, e0), e1);
+                pk[j / 2] = pack_bf16x2(e0, e1);
+            }
+            *(uint4 *)(Ps + hr * FL_PP + part * 8) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+            __syncwarp();
+            if (part == 0) {
+                const float alpha = expf(__fsub_rn(mold, mnew)); /* 0 for the first tile (mold = -inf) */
+                Ms[hr] = mnew;
+                Ls[hr] = __fmaf_rn(Ls[hr], alpha, sum);
+                As[hr] = alpha;
+            }
+        }
+        __syncthreads();
+        /* values: warp (wm, wn) takes heads 16 wm .., columns KL / 4 wn ..; rescale, then += p c */
+        {
+            const float a0 = As[wm * 16 + g], a1 = As[wm * 16 + g + 8];
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                acc[n][0] = __fmul_rn(acc[n][0], a0), acc[n][1] = __fmul_rn(acc[n][1], a0);
+                acc[n][2] = __fmul_rn(acc[n][2], a1), acc[n][3] = __fmul_rn(acc[n][3], a1);
+            }
+#pragma unroll
+            for (int kk = 0; kk < FL_ST / 16; kk++) {
+                uint32_t af[4];
+                ldsm_x4(af, Ps + (wm * 16 + (lane & 15)) * FL_PP + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+                for (int np = 0; np < NT / 2; np++) {
+                    /* slots kk 16 + (j & 1) 8 + l % 8 (the k rows), columns c0 + (j >> 1) 8 (two n8 tiles) */
+                    const int j = lane >> 3, c0 = wn * (KL / 4) + np * 16;
+                    uint32_t r[4];
+                    ldsm_x4_trans(r, Cs + (kk * 16 + (j & 1) * 8 + (lane & 7)) * KP + c0 + (j >> 1) * 8);
+                    const uint32_t b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                    mma_bf16(acc[2 * np], af, b0);
+                    mma_bf16(acc[2 * np + 1], af, b1);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    const float l0 = Ls[wm * 16 + g], l1 = Ls[wm * 16 + g + 8];
+    const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f; /* no selected row: U = 0 */
+    const int ha = h0 + wm * 16 + g, hb = ha + 8;
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        const int col = wn * (KL / 4) + n * 8 + 2 * t4;
+        if (ha < H) {
+            float *u = U + ((int64_t)t * H + ha) * KL + col;
+            u[0] = __fmul_rn(acc[n][0], i0), u[1] = __fmul_rn(acc[n][1], i0);
+        }
+        if (hb < H) {
+            float *u = U + ((int64_t)t * H + hb) * KL + col;
+            u[0] = __fmul_rn(acc[n][2], i1), u[1] = __fmul_rn(acc[n][3], i1);
+        }
+    }
+}
+
+extern "C" int nf_mla_flash_supported(int kl) { return kl == 64 || kl == 128 || kl == 256 || kl == 512; }
+
+template <int KL>
+static int flash_launch(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H,
+                        int width, float scale, float *U) {
+    static bool smem_set[NF_CUDA_MAX_DEVICES]; /* over 48 KiB of dynamic shared memory needs the opt-in, per device */
+    const int dev = nf_cuda_device_now();
+    if (dev >= NF_CUDA_MAX_DEVICES || !smem_set[dev]) {
+        NF_CU(cudaFuncSetAttribute(mla_flash_kernel<KL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)fl_layout<KL>::bytes));
+        if (dev < NF_CUDA_MAX_DEVICES) smem_set[dev] = true;
+    }
+    nf_launch(mla_flash_kernel<KL>, dim3(T, (H + FL_HT - 1) / FL_HT), FL_THREADS, fl_layout<KL>::bytes, stream, latent,
+              qt, sel, H, width, scale, U);
+    NF_LAUNCHED();
+    return 0;
+}
+
+extern "C" int nf_mla_flash(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H,
+                            int kl, int width, float scale, float *U) {
+    switch (kl) {
+    case 64: return flash_launch<64>(stream, latent, qt, sel, T, H, width, scale, U);
+    case 128: return flash_launch<128>(stream, latent, qt, sel, T, H, width, scale, U);
+    case 256: return flash_launch<256>(stream, latent, qt, sel, T, H, width, scale, U);
+    case 512: return flash_launch<512>(stream, latent, qt, sel, T, H, width, scale, U);
+    default: return nf_fail("cuda mla: the one-kernel prefill core takes kv_lora_rank 64, 128, 256 or 512, not %d", kl);
+    }
+}
