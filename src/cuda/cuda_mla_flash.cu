@@ -44,14 +44,29 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const uint16_t *p) 
 #endif
 }
 
-/* n floats at src (n % 4 == 0, 16-byte aligned) to bf16 at dst, by the block's threads; zeros when src is NULL */
-__device__ __forceinline__ void fl_stage_row(uint16_t *dst, const float *src, int n, int tid, int nt) {
-    for (int c4 = tid; c4 < n / 4; c4 += nt) {
-        const float4 v = src ? *(const float4 *)(src + 4 * c4) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        uint2 u;
-        u.x = pack_bf16x2(v.x, v.y);
-        u.y = pack_bf16x2(v.z, v.w);
-        *(uint2 *)(dst + 4 * c4) = u;
+/* ROWS rows of KL floats to bf16 rows of KP at dst, by the block's FL_THREADS threads: row r from src_of(r), or
+ * zeros where that is NULL. Each thread loads its (up to) 8 float4s of a round before it stores any, so that 8 loads
+ * per thread are in flight (one at a time, a 64-row tile took 64 round trips). */
+template <int ROWS, int KL, int KP, class F> __device__ __forceinline__ void fl_stage(uint16_t *dst, F src_of, int tid) {
+    constexpr int Q = KL / 4, N = ROWS * Q, B = N / FL_THREADS < 8 ? N / FL_THREADS : 8;
+    static_assert(B >= 1 && N % (FL_THREADS * B) == 0, "whole rounds");
+#pragma unroll 1
+    for (int e0 = 0; e0 < N; e0 += FL_THREADS * B) {
+        float4 v[B];
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const int e = e0 + b * FL_THREADS + tid;
+            const float *src = src_of(e / Q);
+            v[b] = src ? *(const float4 *)(src + 4 * (e % Q)) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const int e = e0 + b * FL_THREADS + tid;
+            uint2 u;
+            u.x = pack_bf16x2(v[b].x, v[b].y);
+            u.y = pack_bf16x2(v[b].z, v[b].w);
+            *(uint2 *)(dst + (e / Q) * KP + 4 * (e % Q)) = u;
+        }
     }
 }
 
@@ -74,8 +89,7 @@ __global__ void __launch_bounds__(FL_THREADS, 2) mla_flash_kernel(const float *_
     const int wm = warp & 1, wn = warp >> 1, g = lane >> 2, t4 = lane & 3;
     const int32_t *row = sel + (int64_t)t * width;
 
-    for (int r = 0; r < FL_HT; r++)
-        fl_stage_row(Qs + r * KP, h0 + r < H ? qt + ((int64_t)t * H + h0 + r) * KL : nullptr, KL, tid, FL_THREADS);
+    fl_stage<FL_HT, KL, KP>(Qs, [&](int r) { return h0 + r < H ? qt + ((int64_t)t * H + h0 + r) * KL : nullptr; }, tid);
     if (tid < FL_HT) Ms[tid] = -INFINITY, Ls[tid] = 0.0f;
     float acc[NT][4];
 #pragma unroll
@@ -90,8 +104,7 @@ __global__ void __launch_bounds__(FL_THREADS, 2) mla_flash_kernel(const float *_
             valid |= p >= 0;
         }
         if (!__syncthreads_or(valid)) continue; /* a tile without a selected row adds nothing */
-        for (int r = 0; r < FL_ST; r++)
-            fl_stage_row(Cs + r * KP, pos[r] >= 0 ? latent + (int64_t)pos[r] * KL : nullptr, KL, tid, FL_THREADS);
+        fl_stage<FL_ST, KL, KP>(Cs, [&](int r) { return pos[r] >= 0 ? latent + (int64_t)pos[r] * KL : nullptr; }, tid);
         __syncthreads();
         /* scores: warp (wm, wn) takes heads 16 wm .., slots 16 wn .. (two n8 tiles), k = the latent dims */
         {
