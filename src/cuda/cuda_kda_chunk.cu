@@ -38,7 +38,9 @@
 static_assert(KC == 64, "the pair sums map 16 x 16 threads onto 4 x 4 pairs each of a 64-token chunk");
 static_assert(2 * NF_KDA_CHUNKED_MAX_HEAD_DIM <= KC_THREADS, "one thread per key and per value column");
 
-static size_t prep_smem(void) { return (size_t)(2 * KC * KC + 3 * KC * (KC_TILE + 1) + KC) * sizeof(float); }
+static size_t prep_smem(void) {
+    return (size_t)(2 * KC * KC + 3 * KC * (KC_TILE + 1) + KC + NF_KDA_CHUNKED_MAX_HEAD_DIM) * sizeof(float);
+}
 static __host__ __device__ int pad4(int hd) { return (hd + 3) & ~3; }
 static __host__ __device__ size_t scan_smem(int hd) {
     const int h4 = pad4(hd);
@@ -85,13 +87,16 @@ template <int T> __device__ __forceinline__ void substitute(const float *A, floa
         substitute<T + 1>(A, X);
     }
 }
-/* f(t, Σ_{s <= t} P[t][s] X[s]) for t = T .. KC - 1 */
-template <int T, class F> __device__ __forceinline__ void each_prow(const float *P, const float (&X)[KC], F &&f) {
-    if constexpr (T < KC) {
+/* f(t, Σ_{s <= t} P[t][s] X[s]) for t = T .. END - 1 */
+template <int T, int END, class F> __device__ __forceinline__ void each_prow(const float *P, const float (&X)[KC], F &&f) {
+    if constexpr (T < END) {
         f(T, dot_rows<T + 1>(P + T * KC, X));
-        each_prow<T + 1>(P, X, f);
+        each_prow<T + 1, END>(P, X, f);
     }
 }
+template <int V> struct nf_int_c {
+    static constexpr int value = V;
+};
 
 /* Block (chunk blockIdx.x, head blockIdx.y), KC_THREADS threads. In place for the chunk's n <= KC tokens: q rows
  * <- Q', k rows <- M1, v rows <- U0, g rows (log2 decays on entry) <- Kd, o rows <- O0; gam[chunk][h][i] <- Γ_C. */
@@ -104,6 +109,7 @@ __global__ void __launch_bounds__(KC_THREADS) kda_chunk_prep_kernel(float *qkv, 
     float *tk = P + KC * KC;        /* [KC][KC_TILE + 1] key, query and cumulative decay tiles */
     float *tq = tk + KC * (KC_TILE + 1), *tg = tq + KC * (KC_TILE + 1);
     float *bs = tg + KC * (KC_TILE + 1); /* [KC] β */
+    float *gls = bs + KC;                /* [hd] G_C */
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, inner = H * hd;
     const int t0 = c * KC, n = T - t0 < KC ? T - t0 : KC;
     const size_t rs = (size_t)3 * inner; /* qkv's row stride */
@@ -121,6 +127,7 @@ __global__ void __launch_bounds__(KC_THREADS) kda_chunk_prep_kernel(float *qkv, 
             gl += gv[t];
             if (t < n) g0[(size_t)t * inner + tid] = gl;
         }
+        gls[tid] = gl;
     }
     if (tid < KC) bs[tid] = tid < n ? beta[(size_t)(t0 + tid) * H + h] : 0.0f;
     __syncthreads();
@@ -134,12 +141,29 @@ __global__ void __launch_bounds__(KC_THREADS) kda_chunk_prep_kernel(float *qkv, 
         for (int b = 0; b < 4; b++) sa[a][b] = sp[a][b] = 0.0f;
     for (int i0 = 0; i0 < hd; i0 += KC_TILE) {
         const int w = hd - i0 < KC_TILE ? hd - i0 : KC_TILE;
-        for (int x = tid; x < KC * KC_TILE; x += KC_THREADS) {
-            const int t = x / KC_TILE, i = x % KC_TILE;
+        /* the tile: every thread's loads first, then its stores (a load waiting on each store was a round trip
+         * per element); then, from the tile, the elementwise outputs of these channels: q <- Γ q, g <- Kd,
+         * k <- β Γ k (the right-hand side of the key columns) */
+        constexpr int PER = KC * KC_TILE / KC_THREADS;
+        float lk[PER], lq[PER], lg[PER];
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int x = tid + j * KC_THREADS, t = x / KC_TILE, i = x % KC_TILE;
             const bool ok = t < n && i < w;
-            tk[t * (KC_TILE + 1) + i] = ok ? k0[(size_t)t * rs + i0 + i] : 0.0f;
-            tq[t * (KC_TILE + 1) + i] = ok ? q0[(size_t)t * rs + i0 + i] : 0.0f;
-            tg[t * (KC_TILE + 1) + i] = ok ? g0[(size_t)t * inner + i0 + i] : 0.0f;
+            lk[j] = ok ? k0[(size_t)t * rs + i0 + i] : 0.0f;
+            lq[j] = ok ? q0[(size_t)t * rs + i0 + i] : 0.0f;
+            lg[j] = ok ? g0[(size_t)t * inner + i0 + i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < PER; j++) {
+            const int x = tid + j * KC_THREADS, t = x / KC_TILE, i = x % KC_TILE;
+            tk[t * (KC_TILE + 1) + i] = lk[j], tq[t * (KC_TILE + 1) + i] = lq[j], tg[t * (KC_TILE + 1) + i] = lg[j];
+            if (t < n && i < w) {
+                const float dec = exp2f(lg[j]);
+                q0[(size_t)t * rs + i0 + i] = __fmul_rn(dec, lq[j]);
+                g0[(size_t)t * inner + i0 + i] = __fmul_rn(exp2f(__fsub_rn(gls[i0 + i], lg[j])), lk[j]);
+                k0[(size_t)t * rs + i0 + i] = __fmul_rn(bs[t], __fmul_rn(dec, lk[j]));
+            }
         }
         __syncthreads();
         for (int i = 0; i < w; i++) {
@@ -181,39 +205,36 @@ __global__ void __launch_bounds__(KC_THREADS) kda_chunk_prep_kernel(float *qkv, 
     const bool key = tid < hd;
     if (tid >= 2 * hd) return;
     const int i = key ? tid : tid - hd;
-    /* elementwise first (a loop, not unrolled): key columns q <- Γ q, g <- Kd, k <- the right-hand side β Γ k;
-     * value columns v <- β v. Then X: the right-hand side, in place the solution (row t needs rows < t only). */
+    /* X: the right-hand side (key columns: β Γ k, written by the tile loop; value columns: β v), then in place
+     * the solution (row t needs rows < t only) */
     float *xcol = key ? k0 + i : v0 + i;
-    for (int t = 0; t < n; t++) {
-        const size_t r = (size_t)t * rs + i;
-        if (key) {
-            const float gt = g0[(size_t)t * inner + i], dec = exp2f(gt), kt = k0[r];
-            q0[r] = __fmul_rn(dec, q0[r]);
-            g0[(size_t)t * inner + i] = __fmul_rn(exp2f(__fsub_rn(gl, gt)), kt);
-            k0[r] = __fmul_rn(bs[t], __fmul_rn(dec, kt));
-        } else {
-            v0[r] = __fmul_rn(bs[t], v0[r]);
-        }
-    }
     float X[KC];
 #pragma unroll
     for (int t = 0; t < KC; t++) X[t] = t < n ? xcol[(size_t)t * rs] : 0.0f;
+    if (!key)
+#pragma unroll
+        for (int t = 0; t < KC; t++) X[t] = __fmul_rn(bs[t], X[t]);
     substitute<1>(A, X);
     /* M1 or U0 = X; then Q' = Γ q - P M1 (the volatile load keeps nvcc from hoisting all 64 of them) or O0 = P U0 */
 #pragma unroll
     for (int t = 0; t < KC; t++)
         if (t < n) xcol[(size_t)t * rs] = X[t];
     if (key) {
-        each_prow<0>(P, X, [&](int t, float y) {
-            if (t < n) {
-                float *qr = q0 + (size_t)t * rs + i;
-                *qr = __fsub_rn(*(volatile const float *)qr, y);
-            }
-        });
+        /* Q' = Γ q - P M1 by quarters: a quarter's 16 Γ q loaded at once (all 64 would not fit beside X) */
+        float gq[KC / 4];
+        auto quarter = [&](auto q4) {
+            constexpr int Q0 = decltype(q4)::value * (KC / 4);
+#pragma unroll
+            for (int u = 0; u < KC / 4; u++) gq[u] = Q0 + u < n ? q0[(size_t)(Q0 + u) * rs + i] : 0.0f;
+            each_prow<Q0, Q0 + KC / 4>(P, X, [&](int t, float y) {
+                if (t < n) q0[(size_t)t * rs + i] = __fsub_rn(gq[t - Q0], y);
+            });
+        };
+        quarter(nf_int_c<0>{}), quarter(nf_int_c<1>{}), quarter(nf_int_c<2>{}), quarter(nf_int_c<3>{});
         gam[((size_t)c * H + h) * hd + i] = exp2f(gl);
     } else {
         float *ov = o + (size_t)t0 * inner + h * hd + i;
-        each_prow<0>(P, X, [&](int t, float y) {
+        each_prow<0, KC>(P, X, [&](int t, float y) {
             if (t < n) ov[(size_t)t * inner] = y;
         });
     }
