@@ -38,8 +38,11 @@
 static_assert(KC == 64, "the pair sums map 16 x 16 threads onto 4 x 4 pairs each of a 64-token chunk");
 static_assert(2 * NF_KDA_CHUNKED_MAX_HEAD_DIM <= KC_THREADS, "one thread per key and per value column");
 
+/* the prep kernel's shared memory: A^T and P^T [KC][KC], then the tiles of the pair sums [3][KC][KC_TILE + 1] and
+ * later, in the same place, the columns' X [KC][KC_THREADS]; then β [KC] and G_C [hd] (99 KiB: two blocks per SM) */
+#define KC_XS (KC * KC_THREADS > 3 * KC * (KC_TILE + 1) ? KC * KC_THREADS : 3 * KC * (KC_TILE + 1))
 static size_t prep_smem(void) {
-    return (size_t)(2 * KC * KC + 3 * KC * (KC_TILE + 1) + KC + NF_KDA_CHUNKED_MAX_HEAD_DIM) * sizeof(float);
+    return (size_t)(2 * KC * KC + KC_XS + KC + NF_KDA_CHUNKED_MAX_HEAD_DIM) * sizeof(float);
 }
 static __host__ __device__ int pad4(int hd) { return (hd + 3) & ~3; }
 static __host__ __device__ size_t scan_smem(int hd) {
@@ -47,69 +50,20 @@ static __host__ __device__ size_t scan_smem(int hd) {
     return (size_t)(2 * KC * h4 + h4 * KS_NC + KC * h4 + 3 * KC * KS_NC + h4) * sizeof(float);
 }
 
-/* Σ_{s < N} p[s] X[s] in two chains (half the dependent latency). N is a template parameter, and the callers
- * below expand their row loops by template recursion, so every index into X is a constant and X stays in
- * registers (a plain nested loop of 64 x 64 was not unrolled by nvcc: X went to local memory). */
-/* p[0..3] from shared memory (p 16-byte aligned) by a volatile load: nvcc otherwise hoists the 4000 loads of a
- * thread's triangular sums to the top, all live at once, and spills (ptxas: 255 registers, ~1.3 KB of stack) */
-__device__ __forceinline__ float4 lds4(const float *p) {
-#ifdef NF_CUEMU
-    return *(const float4 *)p;
-#else
-    float4 v;
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
-    return v;
-#endif
-}
-template <int N> __device__ __forceinline__ float dot_rows(const float *p, const float (&X)[KC]) {
-    float e0 = 0.0f, e1 = 0.0f;
-#pragma unroll
-    for (int s = 0; s < N; s += 4) {
-        const float4 v = lds4(p + s);
-        const float w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            if (s + u < N) {
-                if (u & 1)
-                    e1 = __fmaf_rn(w[u], X[s + u], e1);
-                else
-                    e0 = __fmaf_rn(w[u], X[s + u], e0);
-            }
-        }
-    }
-    return __fadd_rn(e0, e1);
-}
-/* X[t] -= Σ_{s < t} A[t][s] X[s] for t = T .. KC - 1 in order: forward substitution in place */
-template <int T> __device__ __forceinline__ void substitute(const float *A, float (&X)[KC]) {
-    if constexpr (T < KC) {
-        X[T] = __fsub_rn(X[T], dot_rows<T>(A + T * KC, X));
-        substitute<T + 1>(A, X);
-    }
-}
-/* f(t, Σ_{s <= t} P[t][s] X[s]) for t = T .. END - 1 */
-template <int T, int END, class F> __device__ __forceinline__ void each_prow(const float *P, const float (&X)[KC], F &&f) {
-    if constexpr (T < END) {
-        f(T, dot_rows<T + 1>(P + T * KC, X));
-        each_prow<T + 1, END>(P, X, f);
-    }
-}
-template <int V> struct nf_int_c {
-    static constexpr int value = V;
-};
 
 /* Block (chunk blockIdx.x, head blockIdx.y), KC_THREADS threads. In place for the chunk's n <= KC tokens: q rows
  * <- Q', k rows <- M1, v rows <- U0, g rows (log2 decays on entry) <- Kd, o rows <- O0; gam[chunk][h][i] <- Γ_C. */
-__global__ void __launch_bounds__(KC_THREADS) kda_chunk_prep_kernel(float *qkv, float *g, const float *beta, float *o,
+__global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qkv, float *g, const float *beta, float *o,
                                                                    float *gam, int T, int H, int hd) {
     NF_PDL_ENTER();
     extern __shared__ __align__(16) float sh[];
-    float *A = sh;       /* [KC][KC]: β_t a_ts below the diagonal, 0 elsewhere */
-    float *P = A + KC * KC;         /* [KC][KC]: P_ts on and below the diagonal */
-    float *tk = P + KC * KC;        /* [KC][KC_TILE + 1] key, query and cumulative decay tiles */
+    float *At = sh;                 /* [s][t]: β_t a_ts for s < t, 0 elsewhere (transposed: 4 rows t in a float4) */
+    float *Pt = At + KC * KC;       /* [s][t]: P_ts for s <= t */
+    float *tk = Pt + KC * KC;       /* [KC][KC_TILE + 1] key, query and cumulative decay tiles */
     float *tq = tk + KC * (KC_TILE + 1), *tg = tq + KC * (KC_TILE + 1);
-    float *bs = tg + KC * (KC_TILE + 1); /* [KC] β */
-    float *gls = bs + KC;                /* [hd] G_C */
+    float *Xs = tk;                 /* [KC][KC_THREADS]: after the pair sums, column tid's X at Xs[t][tid] */
+    float *bs = tk + KC_XS;         /* [KC] β */
+    float *gls = bs + KC;           /* [hd] G_C */
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, inner = H * hd;
     const int t0 = c * KC, n = T - t0 < KC ? T - t0 : KC;
     const size_t rs = (size_t)3 * inner; /* qkv's row stride */
@@ -196,48 +150,84 @@ __global__ void __launch_bounds__(KC_THREADS) kda_chunk_prep_kernel(float *qkv, 
 #pragma unroll
         for (int b = 0; b < 4; b++) {
             const int t = ti + 16 * a, s = si + 16 * b;
-            A[t * KC + s] = s < t ? __fmul_rn(bs[t], sa[a][b]) : 0.0f;
-            P[t * KC + s] = s <= t ? sp[a][b] : 0.0f;
+            At[s * KC + t] = s < t ? __fmul_rn(bs[t], sa[a][b]) : 0.0f;
+            Pt[s * KC + t] = s <= t ? sp[a][b] : 0.0f;
         }
     __syncthreads();
 
-    /* one column per thread: key channel i = tid (right-hand side β Γ k) or value column tid - hd (β v) */
-    const bool key = tid < hd;
-    if (tid >= 2 * hd) return;
+    /* one column per thread: key channel i = tid (right-hand side β Γ k, written by the tile loop) or value column
+     * j = tid - hd (β v); X in shared memory (Xs[t][tid]: a warp's 32 columns in 32 banks). The triangular loops
+     * run over 4-row blocks with a loop over the rows before them: fully unrolled 64 x 64 they were ~300 KB of
+     * code, and the block waited on instruction fetch (138 us per block on the H100) */
+    const bool key = tid < hd, col = tid < 2 * hd;
     const int i = key ? tid : tid - hd;
-    /* X: the right-hand side (key columns: β Γ k, written by the tile loop; value columns: β v), then in place
-     * the solution (row t needs rows < t only) */
-    float *xcol = key ? k0 + i : v0 + i;
-    float X[KC];
+    float *gcol = key ? k0 + i : v0 + i; /* the column's rows in global memory, stride rs */
+    float *xc = Xs + tid;
+#pragma unroll 1
+    for (int t0b = 0; t0b < KC; t0b += 16) { /* 16 loads in flight, then their stores */
+        float r[16];
 #pragma unroll
-    for (int t = 0; t < KC; t++) X[t] = t < n ? xcol[(size_t)t * rs] : 0.0f;
-    if (!key)
+        for (int u = 0; u < 16; u++) r[u] = col && t0b + u < n ? gcol[(size_t)(t0b + u) * rs] : 0.0f;
 #pragma unroll
-        for (int t = 0; t < KC; t++) X[t] = __fmul_rn(bs[t], X[t]);
-    substitute<1>(A, X);
-    /* M1 or U0 = X; then Q' = Γ q - P M1 (the volatile load keeps nvcc from hoisting all 64 of them) or O0 = P U0 */
-#pragma unroll
-    for (int t = 0; t < KC; t++)
-        if (t < n) xcol[(size_t)t * rs] = X[t];
-    if (key) {
-        /* Q' = Γ q - P M1 by quarters: a quarter's 16 Γ q loaded at once (all 64 would not fit beside X) */
-        float gq[KC / 4];
-        auto quarter = [&](auto q4) {
-            constexpr int Q0 = decltype(q4)::value * (KC / 4);
-#pragma unroll
-            for (int u = 0; u < KC / 4; u++) gq[u] = Q0 + u < n ? q0[(size_t)(Q0 + u) * rs + i] : 0.0f;
-            each_prow<Q0, Q0 + KC / 4>(P, X, [&](int t, float y) {
-                if (t < n) q0[(size_t)t * rs + i] = __fsub_rn(gq[t - Q0], y);
-            });
-        };
-        quarter(nf_int_c<0>{}), quarter(nf_int_c<1>{}), quarter(nf_int_c<2>{}), quarter(nf_int_c<3>{});
-        gam[((size_t)c * H + h) * hd + i] = exp2f(gl);
-    } else {
-        float *ov = o + (size_t)t0 * inner + h * hd + i;
-        each_prow<0, KC>(P, X, [&](int t, float y) {
-            if (t < n) ov[(size_t)t * inner] = y;
-        });
+        for (int u = 0; u < 16; u++) xc[(t0b + u) * KC_THREADS] = key ? r[u] : __fmul_rn(bs[t0b + u], r[u]);
     }
+    /* forward substitution: X[t] -= Σ_{s < t} A[t][s] X[s], rows in order, 4 at a time */
+#pragma unroll 1
+    for (int tb = 0; tb < KC; tb += 4) {
+        float x[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) x[u] = xc[(tb + u) * KC_THREADS];
+        for (int s = 0; s < tb; s++) {
+            const float xs = xc[s * KC_THREADS];
+            const float4 a4 = *(const float4 *)(At + s * KC + tb);
+            x[0] = __fmaf_rn(-a4.x, xs, x[0]), x[1] = __fmaf_rn(-a4.y, xs, x[1]);
+            x[2] = __fmaf_rn(-a4.z, xs, x[2]), x[3] = __fmaf_rn(-a4.w, xs, x[3]);
+        }
+#pragma unroll
+        for (int u = 1; u < 4; u++)
+#pragma unroll
+            for (int v = 0; v < u; v++) x[u] = __fmaf_rn(-At[(tb + v) * KC + tb + u], x[v], x[u]);
+#pragma unroll
+        for (int u = 0; u < 4; u++) xc[(tb + u) * KC_THREADS] = x[u];
+    }
+    /* M1 or U0 = X to global; then Y = P X in place, the blocks from the last (block tb needs rows <= tb + 3) */
+#pragma unroll 1
+    for (int t0b = 0; t0b < KC; t0b += 16)
+#pragma unroll
+        for (int u = 0; u < 16; u++)
+            if (col && t0b + u < n) gcol[(size_t)(t0b + u) * rs] = xc[(t0b + u) * KC_THREADS];
+#pragma unroll 1
+    for (int tb = KC - 4; tb >= 0; tb -= 4) {
+        float y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int s = 0; s < tb + 4; s++) {
+            const float xs = xc[s * KC_THREADS];
+            const float4 p4 = *(const float4 *)(Pt + s * KC + tb);
+            y[0] = __fmaf_rn(p4.x, xs, y[0]), y[1] = __fmaf_rn(p4.y, xs, y[1]);
+            y[2] = __fmaf_rn(p4.z, xs, y[2]), y[3] = __fmaf_rn(p4.w, xs, y[3]);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) xc[(tb + u) * KC_THREADS] = y[u];
+    }
+    if (!col) return;
+    /* Q' = Γ q - P M1 (Γ q from the tile loop) or O0 = P U0 */
+    float *ocol = o + (size_t)t0 * inner + h * hd + i;
+#pragma unroll 1
+    for (int t0b = 0; t0b < KC; t0b += 16) {
+        float r[16];
+        if (key)
+#pragma unroll
+            for (int u = 0; u < 16; u++) r[u] = t0b + u < n ? q0[(size_t)(t0b + u) * rs + i] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < 16; u++) {
+            if (t0b + u >= n) continue;
+            const float y = xc[(t0b + u) * KC_THREADS];
+            if (key)
+                q0[(size_t)(t0b + u) * rs + i] = __fsub_rn(r[u], y);
+            else
+                ocol[(size_t)(t0b + u) * inner] = y;
+        }
+    }
+    if (key) gam[((size_t)c * H + h) * hd + i] = exp2f(gl);
 }
 
 /* dst[0..n) = src[0..n) by cp.async: 16-byte copies when VEC (n, both addresses multiples of 4 floats) */
