@@ -52,6 +52,27 @@ __global__ void kda_conv_kernel(const float *hist, int T, int K, int inner, cons
     }
 }
 
+/* The same outputs (conv_taps: the same bits) for a fixed kernel size K, a thread per channel and KDA_CONV_ROWS
+ * consecutive tokens: the rows' K - 1 + KDA_CONV_ROWS history values are loaded once into registers (the
+ * grid-stride kernel above loaded K per output and paid a 64-bit division per element: ~1/3 of the H100's
+ * bandwidth on a 16384-token prefill chunk). Grid (channel blocks of 256, token blocks). */
+#define KDA_CONV_ROWS 32
+template <int K>
+__global__ void __launch_bounds__(256) kda_conv_rows_kernel(const float *hist, int T, int inner, const float *wq,
+                                                            const float *wk, const float *wv, float *qkv) {
+    NF_PDL_ENTER();
+    const int width = 3 * inner, ch = blockIdx.x * 256 + threadIdx.x, t0 = blockIdx.y * KDA_CONV_ROWS;
+    if (ch >= width) return;
+    const float *w = conv_weights(ch, inner, K, wq, wk, wv);
+    float hv[KDA_CONV_ROWS + K - 1];
+#pragma unroll
+    for (int r = 0; r < KDA_CONV_ROWS + K - 1; r++)
+        hv[r] = t0 + r < T + K - 1 ? hist[(size_t)(t0 + r) * width + ch] : 0.0f;
+#pragma unroll
+    for (int t = 0; t < KDA_CONV_ROWS; t++)
+        if (t0 + t < T) qkv[(size_t)(t0 + t) * width + ch] = nf_d_silu(conv_taps(w, K, t, [&](int r) { return hv[r]; }));
+}
+
 /* The same convolution for a few tokens (decode, short verify blocks) on the layer's conv state in place: one thread
  * per channel reads its K - 1 history values and its T new values, writes the T outputs (conv_taps, so the same
  * bits as kda_conv_kernel) and then the channel's new state, the last K - 1 of those values.
@@ -199,6 +220,12 @@ static bool conv_step_on(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_KDA_CONV_STEP", "off");
 }
 
+/* NF_CUDA_KDA_CONV_ROWS=off: prefill's conv on the grid-stride kernel (A/B; the same bits either way) */
+static bool conv_rows_on(void) {
+    static int cache = -1;
+    return nf_cuda_env_switch(&cache, "NF_CUDA_KDA_CONV_ROWS", "off");
+}
+
 int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y) {
     nf_cuda *c = nf_cuda_of(be);
     if (nf_cuda_state_check(st) < 0) return -1;
@@ -247,7 +274,11 @@ int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int 
         NF_LAUNCHED();
     } else {
         if (rows > 0) NF_CU(cudaMemcpyAsync(hist, LS->conv, (size_t)rows * width * sizeof(float), cudaMemcpyDeviceToDevice, s));
-        nf_launch(kda_conv_kernel, blocks_for((int64_t)T * width), 256, 0, s, hist, T, K, inner, wq, wk, wv, qkv);
+        if (K == 4 && conv_rows_on())
+            nf_launch(kda_conv_rows_kernel<4>, dim3((width + 255) / 256, (T + KDA_CONV_ROWS - 1) / KDA_CONV_ROWS), 256,
+                      0, s, (const float *)hist, T, inner, wq, wk, wv, qkv);
+        else
+            nf_launch(kda_conv_kernel, blocks_for((int64_t)T * width), 256, 0, s, hist, T, K, inner, wq, wk, wv, qkv);
         NF_LAUNCHED();
         if (rows > 0)
             NF_CU(cudaMemcpyAsync(LS->conv, hist + (size_t)T * width, (size_t)rows * width * sizeof(float),

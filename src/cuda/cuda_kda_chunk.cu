@@ -13,9 +13,10 @@
  *   d = U0 - M1 S0,                 U0 = X V,  M1 = X (Γ K)
  *   o = O0 + Q' S0,                 O0 = P U0,  Q' = Γ Q - P M1
  *   S_C = Γ_C S0 + Kd^T d,          Kd_s = 2^(G_C - G_s) k_s
- * Kernel 1 (kda_chunk_prep_kernel, one block per chunk and head, all chunks in parallel) computes a and P (the
- * exponent differences are taken per channel, so nothing overflows however fast the decay), solves for M1 and U0
- * (one thread per column, forward substitution in registers), and writes M1, Q', U0, Kd, O0 and Γ_C in place of
+ * Kernel 1 (kda_chunk_prep_kernel, one block per chunk and head, all chunks in parallel) prepares the inputs
+ * (the L2 norms of q and k, the log2 decays, sigmoid(β): what kda_prep_kernel does for the serial paths), computes
+ * a and P (the exponent differences are taken per channel, so nothing overflows however fast the decay), solves
+ * for M1 and U0 (one thread per column, forward substitution over 4-row blocks in shared memory), and writes M1, Q', U0, Kd, O0 and Γ_C in place of
  * the chunk's k, q, v, g, o rows (and the work buffer). Kernel 2 (kda_chunk_scan_kernel, one block per head and 64
  * value columns) walks the chunks in order with S0 in shared memory: per chunk two products with S0 (d and o) and
  * the rank-64 update, ~3 x 64 x hd flops per column instead of 64 serial token steps, the next chunk's operands
@@ -39,10 +40,11 @@ static_assert(KC == 64, "the pair sums map 16 x 16 threads onto 4 x 4 pairs each
 static_assert(2 * NF_KDA_CHUNKED_MAX_HEAD_DIM <= KC_THREADS, "one thread per key and per value column");
 
 /* the prep kernel's shared memory: A^T and P^T [KC][KC], then the tiles of the pair sums [3][KC][KC_TILE + 1] and
- * later, in the same place, the columns' X [KC][KC_THREADS]; then β [KC] and G_C [hd] (99 KiB: two blocks per SM) */
+ * later, in the same place, the columns' X [KC][KC_THREADS]; then β [KC], G_C [hd], the norms' factors [2][KC]
+ * (100 KiB: two blocks per SM) */
 #define KC_XS (KC * KC_THREADS > 3 * KC * (KC_TILE + 1) ? KC * KC_THREADS : 3 * KC * (KC_TILE + 1))
 static size_t prep_smem(void) {
-    return (size_t)(2 * KC * KC + KC_XS + KC + NF_KDA_CHUNKED_MAX_HEAD_DIM) * sizeof(float);
+    return (size_t)(2 * KC * KC + KC_XS + KC + NF_KDA_CHUNKED_MAX_HEAD_DIM + 2 * KC) * sizeof(float);
 }
 static __host__ __device__ int pad4(int hd) { return (hd + 3) & ~3; }
 static __host__ __device__ size_t scan_smem(int hd) {
@@ -53,8 +55,10 @@ static __host__ __device__ size_t scan_smem(int hd) {
 
 /* Block (chunk blockIdx.x, head blockIdx.y), KC_THREADS threads. In place for the chunk's n <= KC tokens: q rows
  * <- Q', k rows <- M1, v rows <- U0, g rows (log2 decays on entry) <- Kd, o rows <- O0; gam[chunk][h][i] <- Γ_C. */
-__global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qkv, float *g, const float *beta, float *o,
-                                                                   float *gam, int T, int H, int hd) {
+__global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qkv, float *g, const float *dt,
+                                                                      const float *ssm_a, float lb, const float *beta,
+                                                                      float qscale, float *o, float *gam, int T, int H,
+                                                                      int hd) {
     NF_PDL_ENTER();
     extern __shared__ __align__(16) float sh[];
     float *At = sh;                 /* [s][t]: β_t a_ts for s < t, 0 elsewhere (transposed: 4 rows t in a float4) */
@@ -64,26 +68,62 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
     float *Xs = tk;                 /* [KC][KC_THREADS]: after the pair sums, column tid's X at Xs[t][tid] */
     float *bs = tk + KC_XS;         /* [KC] β */
     float *gls = bs + KC;           /* [hd] G_C */
+    float *qn = gls + NF_KDA_CHUNKED_MAX_HEAD_DIM, *kn = qn + KC; /* [KC] each: qscale / |q_t|, 1 / |k_t| */
     const int c = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, inner = H * hd;
     const int t0 = c * KC, n = T - t0 < KC ? T - t0 : KC;
     const size_t rs = (size_t)3 * inner; /* qkv's row stride */
     float *q0 = qkv + (size_t)t0 * rs + h * hd, *k0 = q0 + inner, *v0 = q0 + 2 * inner;
     float *g0 = g + (size_t)t0 * inner + h * hd;
 
-    /* G: the chunk's cumulative log2 decay per channel, in place; thread i < hd keeps its channel's G_C */
+    /* The inputs' preparation (the serial paths' kda_prep_kernel, here in this kernel: one pass less over qkv and g):
+     * G, the chunk's cumulative log2 decay per channel, in place (thread i < hd keeps its channel's G_C);
+     * β = sigmoid; the squares of q and k staged in Xs for the per-token L2 norms */
     float gl = 0.0f;
     if (tid < hd) {
-        float gv[KC];
+        const float dti = dt[h * hd + tid], rate = -ssm_a[h];
+#pragma unroll 1
+        for (int tb = 0; tb < KC; tb += 16) {
+            float gv[16];
 #pragma unroll
-        for (int t = 0; t < KC; t++) gv[t] = t < n ? g0[(size_t)t * inner + tid] : 0.0f;
+            for (int u = 0; u < 16; u++) gv[u] = tb + u < n ? g0[(size_t)(tb + u) * inner + tid] : 0.0f;
 #pragma unroll
-        for (int t = 0; t < KC; t++) {
-            gl += gv[t];
-            if (t < n) g0[(size_t)t * inner + tid] = gl;
+            for (int u = 0; u < 16; u++)
+                if (tb + u < n) {
+                    gl = __fadd_rn(gl, __fmul_rn(nf_d_kda_gate(gv[u], dti, rate, lb), 1.44269504088896341f));
+                    g0[(size_t)(tb + u) * inner + tid] = gl;
+                }
         }
         gls[tid] = gl;
     }
-    if (tid < KC) bs[tid] = tid < n ? beta[(size_t)(t0 + tid) * H + h] : 0.0f;
+    if (tid < KC) bs[tid] = tid < n ? nf_d_sigmoid(beta[(size_t)(t0 + tid) * H + h]) : 0.0f;
+    if (tid < 2 * hd) { /* thread i < hd: q channel i; hd <= i < 2 hd: k channel i - hd */
+        const float *src = tid < hd ? q0 + tid : k0 + (tid - hd);
+#pragma unroll 1
+        for (int tb = 0; tb < KC; tb += 16) {
+            float r[16];
+#pragma unroll
+            for (int u = 0; u < 16; u++) r[u] = tb + u < n ? src[(size_t)(tb + u) * rs] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < 16; u++) Xs[(tb + u) * KC_THREADS + tid] = __fmul_rn(r[u], r[u]);
+        }
+    } else {
+        for (int t = 0; t < KC; t++) Xs[t * KC_THREADS + tid] = 0.0f;
+    }
+    __syncthreads();
+    { /* token tid / 4: four threads sum a quarter of its q and k squares each */
+        const int t = tid >> 2, part = tid & 3;
+        float sq = 0.0f, sk = 0.0f;
+        for (int i = part; i < hd; i += 4) {
+            sq = __fadd_rn(sq, Xs[t * KC_THREADS + i]);
+            sk = __fadd_rn(sk, Xs[t * KC_THREADS + hd + i]);
+        }
+        sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, 1)), sk = __fadd_rn(sk, __shfl_xor_sync(0xffffffffu, sk, 1));
+        sq = __fadd_rn(sq, __shfl_xor_sync(0xffffffffu, sq, 2)), sk = __fadd_rn(sk, __shfl_xor_sync(0xffffffffu, sk, 2));
+        if (part == 0) {
+            qn[t] = __fdiv_rn(qscale, sqrtf(__fadd_rn(sq, 1e-6f)));
+            kn[t] = __fdiv_rn(1.0f, sqrtf(__fadd_rn(sk, 1e-6f)));
+        }
+    }
     __syncthreads();
 
     /* the pair sums: thread (ti, si) owns pairs (ti + 16 a, si + 16 b); one exponent serves a and P */
@@ -107,6 +147,11 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
             lk[j] = ok ? k0[(size_t)t * rs + i0 + i] : 0.0f;
             lq[j] = ok ? q0[(size_t)t * rs + i0 + i] : 0.0f;
             lg[j] = ok ? g0[(size_t)t * inner + i0 + i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < PER; j++) { /* normalised (q times qscale) */
+            const int t = (tid + j * KC_THREADS) / KC_TILE;
+            lk[j] = __fmul_rn(lk[j], kn[t]), lq[j] = __fmul_rn(lq[j], qn[t]);
         }
 #pragma unroll
         for (int j = 0; j < PER; j++) {
@@ -395,7 +440,6 @@ extern "C" int nf_cuda_kda_chunked(cudaStream_t stream, float *S, float *qkv, fl
         return nf_fail("cuda kda: head_dim %d: the chunked recurrence needs hd <= %d", hd, NF_KDA_CHUNKED_MAX_HEAD_DIM);
     if (!work) return nf_fail("cuda kda: the chunked recurrence needs a work buffer");
     if (T <= 0) return 0;
-    if (nf_cuda_kda_prep(stream, qkv, g, dt, ssm_a, lb, beta, qscale, T, H, hd, 1) < 0) return -1;
     static bool smem_set[NF_CUDA_MAX_DEVICES]; /* over 48 KiB of dynamic shared memory needs the opt-in, per device */
     const int dev = nf_cuda_device_now();
     if (dev >= NF_CUDA_MAX_DEVICES || !smem_set[dev]) {
@@ -406,8 +450,8 @@ extern "C" int nf_cuda_kda_chunked(cudaStream_t stream, float *S, float *qkv, fl
         if (dev < NF_CUDA_MAX_DEVICES) smem_set[dev] = true;
     }
     const int nch = (T + KC - 1) / KC;
-    nf_launch(kda_chunk_prep_kernel, dim3(nch, H), KC_THREADS, prep_smem(), stream, qkv, g, (const float *)beta, o,
-              work, T, H, hd);
+    nf_launch(kda_chunk_prep_kernel, dim3(nch, H), KC_THREADS, prep_smem(), stream, qkv, g, dt, ssm_a, lb,
+              (const float *)beta, qscale, o, work, T, H, hd);
     NF_LAUNCHED();
     const bool vec = hd % 4 == 0 && (uintptr_t)qkv % 16 == 0 && (uintptr_t)g % 16 == 0 && (uintptr_t)o % 16 == 0 &&
                      (uintptr_t)work % 16 == 0;
