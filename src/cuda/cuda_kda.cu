@@ -220,10 +220,11 @@ static bool conv_step_on(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_KDA_CONV_STEP", "off");
 }
 
-/* NF_CUDA_KDA_CONV_ROWS=off: prefill's conv on the grid-stride kernel (A/B; the same bits either way) */
-static bool conv_rows_on(void) {
-    static int cache = -1;
-    return nf_cuda_env_switch(&cache, "NF_CUDA_KDA_CONV_ROWS", "off");
+/* NF_CUDA_KDA_CONV_ROWS=on: prefill's conv on the row kernel (the same bits either way). Opt-in: written after the
+ * session's last device run, not yet measured (bench/results/2026-12-07-s21/call4.sh is the A/B). */
+static bool conv_rows_on(void) { /* read at each call: test_backend compares both */
+    const char *e = getenv("NF_CUDA_KDA_CONV_ROWS");
+    return e && !strcmp(e, "on");
 }
 
 int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y) {

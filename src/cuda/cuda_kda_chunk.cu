@@ -55,6 +55,7 @@ static __host__ __device__ size_t scan_smem(int hd) {
 
 /* Block (chunk blockIdx.x, head blockIdx.y), KC_THREADS threads. In place for the chunk's n <= KC tokens: q rows
  * <- Q', k rows <- M1, v rows <- U0, g rows (log2 decays on entry) <- Kd, o rows <- O0; gam[chunk][h][i] <- Γ_C. */
+template <bool PREP>
 __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qkv, float *g, const float *dt,
                                                                       const float *ssm_a, float lb, const float *beta,
                                                                       float qscale, float *o, float *gam, int T, int H,
@@ -89,14 +90,19 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
 #pragma unroll
             for (int u = 0; u < 16; u++)
                 if (tb + u < n) {
-                    gl = __fadd_rn(gl, __fmul_rn(nf_d_kda_gate(gv[u], dti, rate, lb), 1.44269504088896341f));
+                    gl = __fadd_rn(gl, PREP ? __fmul_rn(nf_d_kda_gate(gv[u], dti, rate, lb), 1.44269504088896341f) : gv[u]);
                     g0[(size_t)(tb + u) * inner + tid] = gl;
                 }
         }
         gls[tid] = gl;
     }
-    if (tid < KC) bs[tid] = tid < n ? nf_d_sigmoid(beta[(size_t)(t0 + tid) * H + h]) : 0.0f;
-    if (tid < 2 * hd) { /* thread i < hd: q channel i; hd <= i < 2 hd: k channel i - hd */
+    if (tid < KC) {
+        const float b = tid < n ? beta[(size_t)(t0 + tid) * H + h] : 0.0f;
+        bs[tid] = tid < n && PREP ? nf_d_sigmoid(b) : b;
+    }
+    if (!PREP) { /* prepared by kda_prep_kernel: the norms are in q and k already */
+        if (tid < KC) qn[tid] = 1.0f, kn[tid] = 1.0f;
+    } else if (tid < 2 * hd) { /* thread i < hd: q channel i; hd <= i < 2 hd: k channel i - hd */
         const float *src = tid < hd ? q0 + tid : k0 + (tid - hd);
 #pragma unroll 1
         for (int tb = 0; tb < KC; tb += 16) {
@@ -109,8 +115,9 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
     } else {
         for (int t = 0; t < KC; t++) Xs[t * KC_THREADS + tid] = 0.0f;
     }
+    /* (both branches above are block-uniform: PREP is a template parameter) */
     __syncthreads();
-    { /* token tid / 4: four threads sum a quarter of its q and k squares each */
+    if (PREP) { /* token tid / 4: four threads sum a quarter of its q and k squares each */
         const int t = tid >> 2, part = tid & 3;
         float sq = 0.0f, sk = 0.0f;
         for (int i = part; i < hd; i += 4) {
@@ -427,6 +434,14 @@ __global__ void __launch_bounds__(KS_THREADS, 1) kda_chunk_scan_kernel(float *S,
     for (int x = tid; x < hd * nc; x += KS_THREADS) Sh[(size_t)(x / nc) * hd + j0 + x % nc] = Ss[(x / nc) * KS_NC + x % nc];
 }
 
+/* NF_CUDA_KDA_FUSED_PREP=on: the prep kernel prepares the inputs itself (norms, log2 decays, sigmoid(beta)) instead of
+ * kda_prep_kernel's pass before it. Opt-in: written after the session's last device run, so not yet measured
+ * (bench/results/2026-12-07-s21/call4.sh is the A/B); off, the values are those of the measured build (404431a). */
+static bool fused_prep(void) { /* read at each call: test_kda runs both */
+    const char *e = getenv("NF_CUDA_KDA_FUSED_PREP");
+    return e && !strcmp(e, "on");
+}
+
 extern "C" int nf_cuda_kda_chunked_supported(int hd) { return hd >= 1 && hd <= NF_KDA_CHUNKED_MAX_HEAD_DIM; }
 
 extern "C" size_t nf_cuda_kda_work_floats(int T, int H, int hd) {
@@ -440,18 +455,24 @@ extern "C" int nf_cuda_kda_chunked(cudaStream_t stream, float *S, float *qkv, fl
         return nf_fail("cuda kda: head_dim %d: the chunked recurrence needs hd <= %d", hd, NF_KDA_CHUNKED_MAX_HEAD_DIM);
     if (!work) return nf_fail("cuda kda: the chunked recurrence needs a work buffer");
     if (T <= 0) return 0;
+    if (!fused_prep() && nf_cuda_kda_prep(stream, qkv, g, dt, ssm_a, lb, beta, qscale, T, H, hd, 1) < 0) return -1;
     static bool smem_set[NF_CUDA_MAX_DEVICES]; /* over 48 KiB of dynamic shared memory needs the opt-in, per device */
     const int dev = nf_cuda_device_now();
     if (dev >= NF_CUDA_MAX_DEVICES || !smem_set[dev]) {
-        NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem()));
+        NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem()));
+        NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem()));
         const int most = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM);
         NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
         NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
         if (dev < NF_CUDA_MAX_DEVICES) smem_set[dev] = true;
     }
     const int nch = (T + KC - 1) / KC;
-    nf_launch(kda_chunk_prep_kernel, dim3(nch, H), KC_THREADS, prep_smem(), stream, qkv, g, dt, ssm_a, lb,
-              (const float *)beta, qscale, o, work, T, H, hd);
+    if (fused_prep())
+        nf_launch(kda_chunk_prep_kernel<true>, dim3(nch, H), KC_THREADS, prep_smem(), stream, qkv, g, dt, ssm_a, lb,
+                  (const float *)beta, qscale, o, work, T, H, hd);
+    else
+        nf_launch(kda_chunk_prep_kernel<false>, dim3(nch, H), KC_THREADS, prep_smem(), stream, qkv, g, dt, ssm_a, lb,
+                  (const float *)beta, qscale, o, work, T, H, hd);
     NF_LAUNCHED();
     const bool vec = hd % 4 == 0 && (uintptr_t)qkv % 16 == 0 && (uintptr_t)g % 16 == 0 && (uintptr_t)o % 16 == 0 &&
                      (uintptr_t)work % 16 == 0;

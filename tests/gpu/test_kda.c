@@ -251,6 +251,14 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     if (with_cpu) cpu_reference(&p, oc, Sc);
     else CHECK(run(&p, s, NF_KDA_FUSED, NULL, 0, oc, Sc) == 0, "fused T=%d failed", T);
     CHECK(run(&p, s, NF_KDA_CHUNKED, NULL, 0, o0, S0) == 0, "chunked T=%d H=%d hd=%d: %s", T, H, hd, nf_error());
+    /* the prep kernel preparing its inputs itself (NF_CUDA_KDA_FUSED_PREP=on): other roundings of the norms, within
+     * the same bound */
+    setenv("NF_CUDA_KDA_FUSED_PREP", "on", 1);
+    const int rcf = run(&p, s, NF_KDA_CHUNKED, NULL, 0, o1, S1);
+    unsetenv("NF_CUDA_KDA_FUSED_PREP");
+    CHECK(rcf == 0, "chunked (fused prep) T=%d: %s", T, nf_error());
+    const double efp = fmax(rel_err(o1, oc, p.no), rel_err(S1, Sc, p.nS));
+    CHECK(efp <= CHUNKED_TOL, "T=%d H=%d hd=%d: chunked with the fused prep: rel err %.3g > %g", T, H, hd, efp, CHUNKED_TOL);
     double err = rel_err(o0, oc, p.no), errS = rel_err(S0, Sc, p.nS);
     CHECK(err <= CHUNKED_TOL && errS <= CHUNKED_TOL, "T=%d H=%d hd=%d lb=%g: chunked one-shot vs %s: rel err o %.3g S %.3g > %g",
           T, H, hd, lb, with_cpu ? "CPU" : "fused", err, errS, CHUNKED_TOL);
@@ -278,9 +286,9 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     const size_t doff = bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS);
     CHECK(doff == 0, "T=%d: NF_KDA_AUTO with NF_CUDA_KDA_CHUNK=off is not the serial path (%zu values differ)", T, doff);
     printf("  kda chunked T=%-5d H=%-2d hd=%-3d lb=%-2g: %s (vs %s: o %.2e S %.2e, odd calls %.2e; aligned calls "
-           "bit-identical: %s; auto %s)\n",
+           "bit-identical: %s; auto %s; fused prep %.2e)\n",
            T, H, hd, lb, n_failed == before ? "ok" : "FAIL", with_cpu ? "CPU" : "fused", err, errS, eodd,
-           da ? "no" : "yes", T >= NF_KDA_CHUNKED_MIN_T ? (dauto ? "not chunked" : "chunked") : "serial (short)");
+           da ? "no" : "yes", T >= NF_KDA_CHUNKED_MIN_T ? (dauto ? "not chunked" : "chunked") : "serial (short)", efp);
     free(oc), free(Sc), free(o0), free(S0), free(o1), free(S1);
     problem_free(&p);
 }
