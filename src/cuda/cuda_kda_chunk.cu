@@ -1,8 +1,8 @@
 /* cuda_kda_chunk.cu — the chunked path of the KDA delta-rule recurrence (cuda_kda.h), for long prefills.
  *
  * Why: the token-serial scan (cuda_kda_scan.cu) does ~2 x hd^2 flops per token and head between two barriers, so
- * a prefill pays ~1.4 us per token and KDA layer whatever the GPU could do in parallel: 11.5% of a prefill chunk
- * on the H100. In its chunked form the recurrence needs one serial step per NF_KDA_CHUNK (C = 64) tokens, and
+ * a prefill pays ~1.4-2.3 us per token and KDA layer whatever the GPU could do in parallel: 11.5% of a 4096-token
+ * prefill chunk on the H100. This path: 0.94 us (docs/cuda.md, session 21). In its chunked form the recurrence needs one serial step per NF_KDA_CHUNK (C = 64) tokens, and
  * everything inside a chunk that does not depend on the incoming state is computed for all chunks at once.
  *
  * The algebra (one head; S0 the state before a chunk, t, s tokens of the chunk, G_t the cumulative log2 decay of
@@ -13,11 +13,12 @@
  *   d = U0 - M1 S0,                 U0 = X V,  M1 = X (Γ K)
  *   o = O0 + Q' S0,                 O0 = P U0,  Q' = Γ Q - P M1
  *   S_C = Γ_C S0 + Kd^T d,          Kd_s = 2^(G_C - G_s) k_s
- * Kernel 1 (kda_chunk_prep_kernel, one block per chunk and head, all chunks in parallel) prepares the inputs
- * (the L2 norms of q and k, the log2 decays, sigmoid(β): what kda_prep_kernel does for the serial paths), computes
- * a and P (the exponent differences are taken per channel, so nothing overflows however fast the decay), solves
- * for M1 and U0 (one thread per column, forward substitution over 4-row blocks in shared memory), and writes M1, Q', U0, Kd, O0 and Γ_C in place of
- * the chunk's k, q, v, g, o rows (and the work buffer). Kernel 2 (kda_chunk_scan_kernel, one block per head and 64
+ * Kernel 1 (kda_chunk_prep_kernel, one block per chunk and head, all chunks in parallel) takes the inputs as
+ * kda_prep_kernel leaves them (or, with NF_CUDA_KDA_FUSED_PREP=on, prepares them itself: the L2 norms of q and k,
+ * the log2 decays, sigmoid(β)), computes a and P (the exponent differences are taken per channel, so nothing
+ * overflows however fast the decay), solves for M1 and U0 (one thread per column, forward substitution over 4-row
+ * blocks in shared memory), and writes M1, Q', U0, Kd, O0 and Γ_C in place of the chunk's k, q, v, g, o rows (and
+ * the work buffer). Kernel 2 (kda_chunk_scan_kernel, one block per head and 64
  * value columns) walks the chunks in order with S0 in shared memory: per chunk two products with S0 (d and o) and
  * the rank-64 update, ~3 x 64 x hd flops per column instead of 64 serial token steps, the next chunk's operands
  * copied in while it computes.
