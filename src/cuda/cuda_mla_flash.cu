@@ -31,19 +31,6 @@ template <int KL> struct fl_layout {
                             pos_off = st_off + (size_t)4 * FL_HT * 4, bytes = pos_off + (size_t)FL_ST * 4;
 };
 
-/* four 8x8 b16 matrices transposed (ldmatrix .trans): lane l gives the address of row l % 8 of matrix l / 8 and
- * receives, of matrix i, the elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4] */
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const uint16_t *p) {
-#ifdef __CUDACC__
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#else
-    cuemu_ldmatrix_x4_trans(r, p);
-#endif
-}
-
 /* ROWS rows of KL floats to bf16 rows of KP at dst, by the block's FL_THREADS threads: row r from src_of(r), or
  * zeros where that is NULL. Each thread loads its (up to) 8 float4s of a round before it stores any, so that 8 loads
  * per thread are in flight (one at a time, a 64-row tile took 64 round trips). */

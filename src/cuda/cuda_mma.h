@@ -1,7 +1,8 @@
 /* cuda_mma.h — the tensor-core primitives the prefill kernels share (the tiled GEMM of cuda_gemm.cu, the MLA
- * attention core's bf16 path in cuda_mla.cu): bf16 rounding of two floats, ldmatrix x4 and mma.sync m16n8k16
- * (bf16 in, f32 accumulate). On the CPU emulation (scripts/cuemu) the two warp-wide instructions are emulated
- * with the PTX fragment layouts (cuemu_dev.h). Device code only: include from .cu files. */
+ * attention core's bf16 paths in cuda_mla.cu and cuda_mla_flash.cu): bf16 rounding of two floats, ldmatrix x4
+ * (plain and .trans) and mma.sync m16n8k16 (bf16 in, f32 accumulate). On the CPU emulation (scripts/cuemu) the
+ * warp-wide instructions are emulated with the PTX fragment layouts (cuemu_dev.h). Device code only: include
+ * from .cu files. */
 #ifndef NF_CUDA_MMA_H
 #define NF_CUDA_MMA_H
 
@@ -31,6 +32,18 @@ __device__ __forceinline__ void ldsm_x4(uint32_t r[4], const uint16_t *p) {
                  : "r"(a));
 #else
     cuemu_ldmatrix_x4(r, p);
+#endif
+}
+/* four 8x8 b16 matrices transposed (ldmatrix .trans): lane l gives the address of row l % 8 of matrix l / 8 and
+ * receives, of matrix i, the elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4] */
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const uint16_t *p) {
+#ifdef __CUDACC__
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#else
+    cuemu_ldmatrix_x4_trans(r, p);
 #endif
 }
 /* c (16x8 f32) += a (16x16 bf16, row) * b (16x8 bf16, col) */

@@ -1,5 +1,5 @@
-# session 21, device call 4 — prepared, NOT RUN (the session's device time ran out). Carry .gpucarry-s21.tar.xz
-# (nf-gpu-tests, nf-bench, nf-convert, nf-synth of scripts/gpu-carry.sh) built at the commit that adds this file:
+# session 21, device call 4 — prepared, NOT RUN (the session's device time ran out). Carry .gpucarry.tar.xz from
+# scripts/gpu-carry.sh (nf-gpu-tests, nf-bench, nf-convert, nf-synth) built at the commit that adds this file or later:
 #  1. the KDA test and bench (the chunked path with NF_CUDA_KDA_FUSED_PREP=on: its own input preparation);
 #  2. the quick backend tests on the q2 recipe (the KDA conv row kernel, NF_CUDA_KDA_CONV_ROWS=on, must give the
 #     grid-stride kernel's bits; test_backend checks it);
@@ -7,13 +7,7 @@
 #     def, new, new, def. If new is faster, make both the defaults.
 set -x
 CAP=${CAP:-300}
-W=/tmp/w4; R=$W/r; mkdir -p $R; C=/tmp/c4; mkdir -p $C; tar xJf .gpucarry-s21.tar.xz -C $C
-export NF_BUILD=$C
-save() { tar czf $OUT/res.tgz -C $W r; }
-nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv > $R/smi.txt
-mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-if [ "$mem" -gt 120000 ]; then M=glm53:q2; else M=glm53@32:q2; fi; echo "model $M" > $R/model.txt
-S="--backend cuda --synthetic $M"
+NAME=call4 . scripts/device-call-env.sh
 timeout 40 $C/nf-gpu-tests --only kda --bench > $R/kda.txt 2>&1; echo "rc=$?" >> $R/kda.txt
 NF_GPU_TEST_RECIPES=q2 timeout 40 $C/nf-gpu-tests --quick --only backend > $R/backend-quick.txt 2>&1; echo "rc=$?" >> $R/backend-quick.txt
 save
