@@ -1,9 +1,10 @@
 /* cuda_kda.cu — Kimi Delta Attention on the GPU (the CPU reference and the mathematics: src/cpu/kda.c).
  *
  * q|k|v projections written after the layer's conv window (device state), the causal depthwise conv + SiLU,
- * the new window copied back, then the exact per-token delta-rule recurrence in fp32 (nf_cuda_kda_recurrence,
- * cuda_kda.h: the fused kernel below for a few tokens, the prepared path of cuda_kda_scan.cu for prefill;
- * bit-identical), then the per-head RMSNorm times the output gate (one launch) and the output projection. */
+ * the new window copied back, then the delta-rule recurrence in fp32 (nf_cuda_kda_recurrence, cuda_kda.h: the
+ * fused kernel below for a few tokens, the prepared path of cuda_kda_scan.cu for prefill, bit-identical to it;
+ * in the default bf16 mode prefill calls of >= 64 tokens take the chunked form of cuda_kda_chunk.cu, which rounds
+ * differently), then the per-head RMSNorm times the output gate (one launch) and the output projection. */
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_kda.h"
 #include "cuda/cuda_launch.h"
