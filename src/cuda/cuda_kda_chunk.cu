@@ -185,10 +185,13 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
                 const int t = ti + 16 * a;
                 const float kt = tk[t * (KC_TILE + 1) + i], qt = tq[t * (KC_TILE + 1) + i],
                             gt = tg[t * (KC_TILE + 1) + i];
+                /* b <= a only: for b > a, s >= 16 b > t is never a pair (nvcc cannot see that ti < 16, and issued
+                 * all 16 exponents per channel, 6 of them predicated off); for b < a always s < t; for b == a,
+                 * s <= t when si <= ti. t < n: a padded token's G is 0, above the real ones, and its exponent
+                 * would be positive. */
 #pragma unroll
-                for (int b = 0; b < 4; b++) {
-                    /* t < n: a padded token's G is 0, above the real ones, and its exponent would be positive */
-                    if (si + 16 * b <= t && t < n) {
+                for (int b = 0; b <= a; b++) {
+                    if ((b < a || si <= ti) && t < n) {
                         const float e = __fmul_rn(exp2f(__fsub_rn(gt, gs[b])), ks[b]);
                         sa[a][b] = __fmaf_rn(kt, e, sa[a][b]);
                         sp[a][b] = __fmaf_rn(qt, e, sp[a][b]);
