@@ -48,9 +48,12 @@ static size_t prep_smem(void) {
     return (size_t)(2 * KC * KC + KC_XS + KC + NF_KDA_CHUNKED_MAX_HEAD_DIM + 2 * KC) * sizeof(float);
 }
 static __host__ __device__ int pad4(int hd) { return (hd + 3) & ~3; }
-static __host__ __device__ size_t scan_smem(int hd) {
+/* the serial pass's shared memory: X [2 KC][h4], S [h4][KS_NC], Kd [KC][h4], U0, O0 and d [KC][KS_NC] each, Γ_C [h4];
+ * double-buffered (DB): X and U0 twice (d in place of U0, O0 read from global memory), 224.5 KiB at hd 128 */
+static __host__ __device__ size_t scan_smem(int hd, bool db) {
     const int h4 = pad4(hd);
-    return (size_t)(2 * KC * h4 + h4 * KS_NC + KC * h4 + 3 * KC * KS_NC + h4) * sizeof(float);
+    return db ? (size_t)(4 * KC * h4 + h4 * KS_NC + KC * h4 + 2 * KC * KS_NC + h4) * sizeof(float)
+              : (size_t)(2 * KC * h4 + h4 * KS_NC + KC * h4 + 3 * KC * KS_NC + h4) * sizeof(float);
 }
 
 
@@ -298,7 +301,7 @@ template <bool VEC> __device__ __forceinline__ void copy_row(float *dst, const f
 /* Block (value columns [64 blockIdx.x, +64), head blockIdx.y), KS_THREADS threads: the chunks in order, S0 in
  * shared memory. Per chunk: (a) [d; o - O0] = [M1; Q'] S0 by 4 x 4 tiles, d = U0 - .., o written; (b) S0 =
  * Γ_C S0 + Kd^T d. Kd and Γ_C are copied in during (a), the next chunk's M1, Q', U0, O0 during (b). */
-template <bool VEC>
+template <bool VEC, bool DB>
 __global__ void __launch_bounds__(KS_THREADS, 1) kda_chunk_scan_kernel(float *S, const float *qkv, const float *kd,
                                                                       const float *gam, float *o, int T, int H,
                                                                       int hd) {
@@ -307,17 +310,20 @@ __global__ void __launch_bounds__(KS_THREADS, 1) kda_chunk_scan_kernel(float *S,
     const int h = blockIdx.y, j0 = blockIdx.x * KS_NC, tid = threadIdx.x, inner = H * hd, h4 = pad4(hd);
     const int nc = hd - j0 < KS_NC ? hd - j0 : KS_NC, nch = (T + KC - 1) / KC;
     const size_t rs = (size_t)3 * inner;
-    float *Xs = sh;        /* [2 KC][h4]: M1 rows, then Q' rows */
-    float *Ss = Xs + 2 * KC * h4;    /* [h4][KS_NC] the state's columns */
-    float *Ks = Ss + h4 * KS_NC;     /* [KC][h4] Kd */
-    float *U0s = Ks + KC * h4;       /* [KC][KS_NC] */
-    float *O0s = U0s + KC * KS_NC;   /* [KC][KS_NC] */
-    float *Ds = O0s + KC * KS_NC;    /* [KC][KS_NC] d */
-    float *Gs = Ds + KC * KS_NC;     /* [h4] Γ_C */
+    /* X [2 KC][h4]: M1 rows, then Q' rows; S [h4][KS_NC] the state's columns; Kd [KC][h4]; U0, O0, d [KC][KS_NC];
+     * Γ_C [h4]. DB: X and U0 in two buffers (chunk c in buffer c % 2), d in place of U0, O0 from global memory,
+     * so that the next chunk's copies run during both phases, not only during (b). */
+    float *const X0 = sh, *const X1 = DB ? X0 + 2 * KC * h4 : X0;
+    float *Ss = X1 + 2 * KC * h4; /* (not DB: X1 is X0) */
+    float *Ks = Ss + h4 * KS_NC;
+    float *const U0 = Ks + KC * h4, *const U1 = DB ? U0 + KC * KS_NC : U0;
+    float *O0s = U1 + KC * KS_NC;                 /* not DB */
+    float *Dsb = O0s + KC * KS_NC;                /* not DB */
+    float *Gs = DB ? U1 + KC * KS_NC : Dsb + KC * KS_NC;
     float *Sh = S + (size_t)h * hd * hd;
 
     /* zeros where no copy lands: padded key channels and value columns, the rows past a last partial chunk */
-    for (int x = tid; x < (int)(scan_smem(hd) / sizeof(float)); x += KS_THREADS) sh[x] = 0.0f;
+    for (int x = tid; x < (int)(scan_smem(hd, DB) / sizeof(float)); x += KS_THREADS) sh[x] = 0.0f;
     __syncthreads();
     for (int x = tid; x < hd * nc; x += KS_THREADS) Ss[(x / nc) * KS_NC + x % nc] = Sh[(size_t)(x / nc) * hd + j0 + x % nc];
 
@@ -325,8 +331,9 @@ __global__ void __launch_bounds__(KS_THREADS, 1) kda_chunk_scan_kernel(float *S,
     auto issue_xuo = [&](int c) {
         if (c < nch) {
             const int t0 = c * KC, n = T - t0 < KC ? T - t0 : KC;
-            /* one warp per row: 2 n rows of X (hd each), n rows of U0 and O0 (nc each) */
-            for (int r = warp; r < 4 * n; r += nwarp) {
+            float *Xs = c & 1 ? X1 : X0, *U0s = c & 1 ? U1 : U0;
+            /* one warp per row: 2 n rows of X (hd each), n rows of U0 and (not DB) O0 (nc each) */
+            for (int r = warp; r < (DB ? 3 : 4) * n; r += nwarp) {
                 const int t = r % n, part = r / n;
                 const float *q = qkv + (size_t)(t0 + t) * rs + h * hd;
                 if (part == 0) copy_row<VEC>(Xs + t * h4, q + inner, hd, lane, 32);                 /* M1 */
@@ -348,7 +355,8 @@ __global__ void __launch_bounds__(KS_THREADS, 1) kda_chunk_scan_kernel(float *S,
     issue_xuo(0);
     for (int c = 0; c < nch; c++) {
         const int t0 = c * KC, n = T - t0 < KC ? T - t0 : KC;
-        __syncthreads(); /* (b) of the chunk before is done with Ks, Ds and Ss */
+        float *Xs = c & 1 ? X1 : X0, *U0s = c & 1 ? U1 : U0, *Ds = DB ? U0s : Dsb;
+        __syncthreads(); /* (b) of the chunk before is done with Ks, d and Ss */
         if (n < KC) /* the last chunk is partial: its missing rows must read as zeros */
             for (int x = tid; x < (KC - n) * h4; x += KS_THREADS) {
                 Xs[n * h4 + x] = 0.0f, Xs[(KC + n) * h4 + x] = 0.0f, Ks[n * h4 + x] = 0.0f;
@@ -356,9 +364,23 @@ __global__ void __launch_bounds__(KS_THREADS, 1) kda_chunk_scan_kernel(float *S,
         if (n < KC)
             for (int x = tid; x < (KC - n) * KS_NC; x += KS_THREADS) U0s[n * KS_NC + x] = 0.0f;
         issue_kd(c);
-        __pipeline_wait_prior(1); /* this thread's copies of M1, Q', U0, O0 */
+        if (DB) {
+            issue_xuo(c + 1);         /* into the other buffers, free since (a) of chunk c - 1 */
+            __pipeline_wait_prior(2); /* this thread's copies of chunk c's M1, Q', U0 */
+        } else {
+            __pipeline_wait_prior(1); /* this thread's copies of M1, Q', U0, O0 */
+        }
         __syncthreads();
         {
+            float o0[4][4]; /* DB: this thread's O0 values, loaded before the product so that it covers their latency */
+            if (DB && rg >= KC / 4)
+#pragma unroll
+                for (int a = 0; a < 4; a++) {
+                    const int t = 4 * (rg - KC / 4) + a;
+#pragma unroll
+                    for (int b = 0; b < 4; b++)
+                        o0[a][b] = t < n && 4 * cg + b < nc ? o[(size_t)(t0 + t) * inner + h * hd + j0 + 4 * cg + b] : 0.0f;
+                }
             float acc[4][4];
 #pragma unroll
             for (int a = 0; a < 4; a++)
@@ -400,14 +422,20 @@ __global__ void __launch_bounds__(KS_THREADS, 1) kda_chunk_scan_kernel(float *S,
                         for (int b = 0; b < 4; b++) {
                             const int j = 4 * cg + b;
                             if (j < nc)
-                                o[(size_t)(t0 + t) * inner + h * hd + j0 + j] = __fadd_rn(O0s[t * KS_NC + j], acc[a][b]);
+                                o[(size_t)(t0 + t) * inner + h * hd + j0 + j] =
+                                    __fadd_rn(DB ? o0[a][b] : O0s[t * KS_NC + j], acc[a][b]);
                         }
                 }
             }
         }
-        __pipeline_wait_prior(0); /* Kd and Γ_C */
-        __syncthreads();         /* every d is in; X, U0, O0 are free */
-        issue_xuo(c + 1);
+        if (DB) {
+            __pipeline_wait_prior(1); /* Kd and Γ_C (the next chunk's copies may still run) */
+            __syncthreads();          /* every d is in */
+        } else {
+            __pipeline_wait_prior(0); /* Kd and Γ_C */
+            __syncthreads();          /* every d is in; X, U0, O0 are free */
+            issue_xuo(c + 1);
+        }
         if (4 * rg < h4) { /* S0 = Γ_C S0 + Kd^T d for key rows 4 rg..+3 */
             float acc[4][4];
 #pragma unroll
@@ -446,6 +474,13 @@ static bool fused_prep(void) { /* read at each call: test_kda runs both */
     return e && !strcmp(e, "on");
 }
 
+/* NF_CUDA_KDA_SCAN_DB=on: the serial pass with its X and U0 double-buffered (the same operations, so the same bits;
+ * the next chunk's copies overlap both phases). Opt-in: written after the session's last device run, unmeasured. */
+static bool scan_db(void) { /* read at each call: test_kda compares both */
+    const char *e = getenv("NF_CUDA_KDA_SCAN_DB");
+    return e && !strcmp(e, "on");
+}
+
 extern "C" int nf_cuda_kda_chunked_supported(int hd) { return hd >= 1 && hd <= NF_KDA_CHUNKED_MAX_HEAD_DIM; }
 
 extern "C" size_t nf_cuda_kda_work_floats(int T, int H, int hd) {
@@ -465,9 +500,12 @@ extern "C" int nf_cuda_kda_chunked(cudaStream_t stream, float *S, float *qkv, fl
     if (dev >= NF_CUDA_MAX_DEVICES || !smem_set[dev]) {
         NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem()));
         NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem()));
-        const int most = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM);
-        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+        const int most = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM, false),
+                  most_db = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM, true);
+        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most_db));
+        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most_db));
         if (dev < NF_CUDA_MAX_DEVICES) smem_set[dev] = true;
     }
     const int nch = (T + KC - 1) / KC;
@@ -481,12 +519,11 @@ extern "C" int nf_cuda_kda_chunked(cudaStream_t stream, float *S, float *qkv, fl
     const bool vec = hd % 4 == 0 && (uintptr_t)qkv % 16 == 0 && (uintptr_t)g % 16 == 0 && (uintptr_t)o % 16 == 0 &&
                      (uintptr_t)work % 16 == 0;
     const dim3 grid((hd + KS_NC - 1) / KS_NC, H);
-    if (vec)
-        nf_launch(kda_chunk_scan_kernel<true>, grid, KS_THREADS, scan_smem(hd), stream, S, (const float *)qkv,
-                  (const float *)g, (const float *)work, o, T, H, hd);
-    else
-        nf_launch(kda_chunk_scan_kernel<false>, grid, KS_THREADS, scan_smem(hd), stream, S, (const float *)qkv,
-                  (const float *)g, (const float *)work, o, T, H, hd);
+    const bool db = scan_db();
+    auto k = vec ? (db ? kda_chunk_scan_kernel<true, true> : kda_chunk_scan_kernel<true, false>)
+                 : (db ? kda_chunk_scan_kernel<false, true> : kda_chunk_scan_kernel<false, false>);
+    nf_launch(k, grid, KS_THREADS, scan_smem(hd, db), stream, S, (const float *)qkv, (const float *)g,
+              (const float *)work, o, T, H, hd);
     NF_LAUNCHED();
     return 0;
 }

@@ -259,6 +259,12 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     CHECK(rcf == 0, "chunked (fused prep) T=%d: %s", T, nf_error());
     const double efp = fmax(rel_err(o1, oc, p.no), rel_err(S1, Sc, p.nS));
     CHECK(efp <= CHUNKED_TOL, "T=%d H=%d hd=%d: chunked with the fused prep: rel err %.3g > %g", T, H, hd, efp, CHUNKED_TOL);
+    /* the serial pass double-buffered (NF_CUDA_KDA_SCAN_DB=on): the same operations, the same bits */
+    setenv("NF_CUDA_KDA_SCAN_DB", "on", 1);
+    const int rcd = run(&p, s, NF_KDA_CHUNKED, NULL, 0, o1, S1);
+    unsetenv("NF_CUDA_KDA_SCAN_DB");
+    const size_t ddb = rcd == 0 ? bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS) : p.no + p.nS;
+    CHECK(ddb == 0, "T=%d H=%d hd=%d: the double-buffered serial pass: %zu values differ from the default's", T, H, hd, ddb);
     double err = rel_err(o0, oc, p.no), errS = rel_err(S0, Sc, p.nS);
     CHECK(err <= CHUNKED_TOL && errS <= CHUNKED_TOL, "T=%d H=%d hd=%d lb=%g: chunked one-shot vs %s: rel err o %.3g S %.3g > %g",
           T, H, hd, lb, with_cpu ? "CPU" : "fused", err, errS, CHUNKED_TOL);
@@ -286,9 +292,10 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     const size_t doff = bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS);
     CHECK(doff == 0, "T=%d: NF_KDA_AUTO with NF_CUDA_KDA_CHUNK=off is not the serial path (%zu values differ)", T, doff);
     printf("  kda chunked T=%-5d H=%-2d hd=%-3d lb=%-2g: %s (vs %s: o %.2e S %.2e, odd calls %.2e; aligned calls "
-           "bit-identical: %s; auto %s; fused prep %.2e)\n",
+           "bit-identical: %s; auto %s; fused prep %.2e; double-buffered pass %s)\n",
            T, H, hd, lb, n_failed == before ? "ok" : "FAIL", with_cpu ? "CPU" : "fused", err, errS, eodd,
-           da ? "no" : "yes", T >= NF_KDA_CHUNKED_MIN_T ? (dauto ? "not chunked" : "chunked") : "serial (short)", efp);
+           da ? "no" : "yes", T >= NF_KDA_CHUNKED_MIN_T ? (dauto ? "not chunked" : "chunked") : "serial (short)", efp,
+           ddb ? "DIFFERENT" : "bit-identical");
     free(oc), free(Sc), free(o0), free(S0), free(o1), free(S1);
     problem_free(&p);
 }
