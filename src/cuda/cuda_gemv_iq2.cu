@@ -52,17 +52,8 @@ __device__ uint32_t g_iq2r_sign[128]; /* per sign index: bit 4k + 2 for a negati
 __device__ __forceinline__ uint32_t iq2r_prmt(uint32_t a, uint32_t b, uint32_t sel) {
     return __byte_perm(a, b, sel); /* the selectors never set bit 3 (sign replication): PRMT's default mode */
 }
-struct iq2r_params {
-    const uint8_t *w[NF_CUDA_GEMV_MAX_MATS];
-    float *y[NF_CUDA_GEMV_MAX_MATS];
-    size_t row_bytes, slice_bytes;
-    int64_t rows;          /* of one matrix (a multiple of IQ2R_R) */
-    const float *x;        /* the activation row every vector reads */
-    const int32_t *ids;    /* see nf_gemv_job */
-    int ids_settled, smod;
-    int64_t ldy;
-    int nvec, nmat;
-};
+/* nf_rows_params as they are: x is the activation row every vector reads */
+typedef nf_rows_params iq2r_params;
 
 /* one 32-weight group: idx = its 4 grid indices, aux = 4 sign indices and the scale s (top 4 bits); xw = the
  * group's activation words [plane][8] (word w: values 4w .. 4w + 3). Returns (2s + 1) * sum(sign * grid * v) in
@@ -280,20 +271,7 @@ extern "C" int nf_cuda_gemv_iq2_takes(const nf_gemv_job *j) {
 extern "C" int nf_cuda_gemv_iq2_run(const nf_gemv_job *j, void *stream, int sms, int plan_log) {
     iq2r_params p;
     memset(&p, 0, sizeof p);
-    p.nmat = nf_gemv_job_mats(j);
-    for (int m = 0; m < p.nmat; m++) {
-        p.w[m] = (const uint8_t *)j->w[m];
-        p.y[m] = j->y[m];
-    }
-    p.row_bytes = nf_row_bytes(j->type, j->cols);
-    p.slice_bytes = j->slice_bytes;
-    p.rows = j->rows;
-    p.x = j->x;
-    p.ids = j->ids;
-    p.ids_settled = j->ids_settled;
-    p.smod = j->smod > 1 ? j->smod : 1;
-    p.ldy = j->ldy;
-    p.nvec = j->nvec;
+    nf_rows_params_of(j, &p);
     /* one wave of 2 CTAs per SM (the lab's best: more warps were slower) */
     const int64_t ctas = nf_rows_ctas((int64_t)p.nmat * p.nvec * p.rows / IQ2R_R, IQ2R_THREADS, sms);
     if (plan_log)

@@ -39,19 +39,11 @@ int nf_fail(const char *fmt, ...);
 #define Q2R_COLS 2048
 #define Q2R_BLOCK 84 /* bytes of a Q2_K block */
 
-struct q2r_params {
-    const uint8_t *w[NF_CUDA_GEMV_MAX_MATS];
-    float *y[NF_CUDA_GEMV_MAX_MATS];
-    size_t row_bytes, slice_bytes;
-    int64_t rows;            /* of one matrix (a multiple of the kernel's R) */
-    const float *x, *xup;    /* activation rows (xup: SwiGLU(x, xup) is the activation) */
+struct q2r_params : nf_rows_params {
+    const float *xup; /* with x, the activation rows (xup: SwiGLU(x, xup) is the activation) */
     float act_limit;
     int64_t ldx;
     int xdiv;
-    const int32_t *ids;      /* see nf_gemv_job */
-    int ids_settled, smod;
-    int64_t ldy;
-    int nvec, nmat;
 };
 
 /* a lane's activation: the 24-bit codes of its 64 columns as byte planes, xq[plane][j][k] = the codes of columns
@@ -254,24 +246,11 @@ extern "C" int nf_cuda_gemv_q2k_takes(const nf_gemv_job *j) {
 extern "C" int nf_cuda_gemv_q2k_run(const nf_gemv_job *j, void *stream, int sms, int plan_log) {
     q2r_params p;
     memset(&p, 0, sizeof p);
-    p.nmat = nf_gemv_job_mats(j);
-    for (int m = 0; m < p.nmat; m++) {
-        p.w[m] = (const uint8_t *)j->w[m];
-        p.y[m] = j->y[m];
-    }
-    p.row_bytes = nf_row_bytes(j->type, j->cols);
-    p.slice_bytes = j->slice_bytes;
-    p.rows = j->rows;
-    p.x = j->x;
+    nf_rows_params_of(j, &p);
     p.xup = j->xup;
     p.act_limit = j->act_limit;
     p.ldx = j->ldx;
     p.xdiv = j->xdiv;
-    p.ids = j->ids;
-    p.ids_settled = j->ids_settled;
-    p.smod = j->smod > 1 ? j->smod : 1;
-    p.ldy = j->ldy;
-    p.nvec = j->nvec;
     const int R = q2k_rows_per_step();
     const int64_t ctas = nf_rows_ctas((int64_t)p.nmat * p.nvec * p.rows / R, Q2R_THREADS, sms);
     if (plan_log)

@@ -1,6 +1,7 @@
 /* cuda_gemv_rows.h — what the warp-per-row decode kernels (cuda_gemv_iq2.cu, cuda_gemv_q2k.cu) share: the dp4a
  * products in their four signedness combinations (with the CPU emulation's versions: scripts/cuemu builds these
- * files without __CUDA_ARCH__), the 24-bit fixed point of their activations, and which jobs and grids they take.
+ * files without __CUDA_ARCH__), the 24-bit fixed point of their activations, which jobs and grids they take and
+ * the parameters every such job gives them.
  *
  * Why a fixed point: the products are exact integer sums of the weights' small integers times the activation's
  * codes, v = rint(x * (2^23 - 1) / amax) over a chunk of columns, as three byte planes (two unsigned low bytes, a
@@ -13,6 +14,10 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+extern "C" {
+#include "formats/formats.h" /* nf_row_bytes (a C header) */
+}
 
 #define NF_ROWS_TOP 8388607.0f /* 2^23 - 1: the largest activation code */
 
@@ -92,6 +97,37 @@ static inline int nf_rows_job_common(const nf_gemv_job *j, int rmult) {
     for (int m = 0; m < nmat; m++)
         if ((uintptr_t)j->w[m] % 4 || !j->y[m]) return 0;
     return nmat;
+}
+
+/* What both kernels take of a job whatever their format: the matrices and outputs, the row geometry, the first
+ * activation row, the routed slices (ids, ids_settled and smod as in nf_gemv_job, smod at least 1), the vectors.
+ * Each kernel's parameters derive from it and add their own. */
+struct nf_rows_params {
+    const uint8_t *w[NF_CUDA_GEMV_MAX_MATS];
+    float *y[NF_CUDA_GEMV_MAX_MATS];
+    size_t row_bytes, slice_bytes;
+    int64_t rows; /* of one matrix (a multiple of the kernel's rows per step) */
+    const float *x;
+    const int32_t *ids;
+    int ids_settled, smod;
+    int64_t ldy;
+    int nvec, nmat;
+};
+static inline void nf_rows_params_of(const nf_gemv_job *j, nf_rows_params *p) {
+    p->nmat = nf_gemv_job_mats(j);
+    for (int m = 0; m < p->nmat; m++) {
+        p->w[m] = (const uint8_t *)j->w[m];
+        p->y[m] = j->y[m];
+    }
+    p->row_bytes = nf_row_bytes(j->type, j->cols);
+    p->slice_bytes = j->slice_bytes;
+    p->rows = j->rows;
+    p->x = j->x;
+    p->ids = j->ids;
+    p->ids_settled = j->ids_settled;
+    p->smod = j->smod > 1 ? j->smod : 1;
+    p->ldy = j->ldy;
+    p->nvec = j->nvec;
 }
 
 /* CTAs for `steps` warp steps: one wave of 2 CTAs per SM of `threads`, fewer when the job has fewer steps */
