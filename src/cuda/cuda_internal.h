@@ -125,6 +125,16 @@ static inline void nf_cuda_use_device(int device) {
 }
 /* the current device as nf_cuda_set_device last made it (0 before any call: the runtime's default) */
 static inline int nf_cuda_device_now(void) { return nf_cuda_cur_device < 0 ? 0 : nf_cuda_cur_device; }
+/* set() once per device for one call site (done: the site's own flags): a kernel's function attributes, such as the
+ * opt-in limit of dynamic shared memory over 48 KiB, are per device, and each pipeline stage runs on its own.
+ * set returns 0 or -1 with nf_fail (NF_CU inside it); so does this. */
+template <class F> static inline int nf_cuda_once_per_device(bool (&done)[NF_CUDA_MAX_DEVICES], F set) {
+    const int dev = nf_cuda_device_now();
+    if (dev < NF_CUDA_MAX_DEVICES && done[dev]) return 0;
+    if (set() < 0) return -1;
+    if (dev < NF_CUDA_MAX_DEVICES) done[dev] = true;
+    return 0;
+}
 
 /* backend.h's from_peer between two CUDA backends (cuda_peer.cu) */
 int nf_cuda_from_peer(nf_backend *be, void *dst, nf_backend *src_be, const void *src, size_t bytes);
@@ -296,9 +306,10 @@ int nf_cuda_scale(nf_cuda *c, float *x, int64_t n, float s);
 
 /* ---- device helpers shared by kernels ---- */
 __device__ __forceinline__ float nf_d_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-/* KDA's per-key-channel decay e = exp(gate(graw + dt)) (src/cpu/kda.c; the chunked path takes the gate itself): with a negative lower bound lb,
- * gate(f) = lb * sigmoid(rate * f), else -rate * softplus(f); rate = exp(A_log) = -ssm_a. One definition for both
- * recurrence paths (cuda_kda.cu, cuda_kda_scan.cu), which must compute it with the same operations. */
+/* KDA's per-key-channel decay e = exp(gate(graw + dt)) (src/cpu/kda.c): with a negative lower bound lb,
+ * gate(f) = lb * sigmoid(rate * f), else -rate * softplus(f); rate = exp(A_log) = -ssm_a. One definition for every
+ * recurrence path (cuda_kda.cu, cuda_kda_scan.cu, which must compute it with the same operations, and
+ * cuda_kda_chunk.cu, which takes the gate itself, in log2). */
 __device__ __forceinline__ float nf_d_kda_gate(float graw, float dt, float rate, float lb) {
     const float f = __fadd_rn(graw, dt);
     return lb < 0.0f ? __fmul_rn(lb, nf_d_sigmoid(__fmul_rn(rate, f))) : __fmul_rn(-rate, nf_d_softplus(f));

@@ -494,22 +494,24 @@ extern "C" int nf_cuda_kda_chunked(cudaStream_t stream, float *S, float *qkv, fl
         return nf_fail("cuda kda: head_dim %d: the chunked recurrence needs hd <= %d", hd, NF_KDA_CHUNKED_MAX_HEAD_DIM);
     if (!work) return nf_fail("cuda kda: the chunked recurrence needs a work buffer");
     if (T <= 0) return 0;
-    if (!fused_prep() && nf_cuda_kda_prep(stream, qkv, g, dt, ssm_a, lb, beta, qscale, T, H, hd, 1) < 0) return -1;
-    static bool smem_set[NF_CUDA_MAX_DEVICES]; /* over 48 KiB of dynamic shared memory needs the opt-in, per device */
-    const int dev = nf_cuda_device_now();
-    if (dev >= NF_CUDA_MAX_DEVICES || !smem_set[dev]) {
-        NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem()));
-        NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_smem()));
-        const int most = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM, false),
-                  most_db = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM, true);
-        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most_db));
-        NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, most_db));
-        if (dev < NF_CUDA_MAX_DEVICES) smem_set[dev] = true;
-    }
+    const bool fprep = fused_prep();
+    if (!fprep && nf_cuda_kda_prep(stream, qkv, g, dt, ssm_a, lb, beta, qscale, T, H, hd, 1) < 0) return -1;
+    static bool smem_set[NF_CUDA_MAX_DEVICES]; /* over 48 KiB of dynamic shared memory needs the opt-in */
+    if (nf_cuda_once_per_device(smem_set, [] {
+            const auto a = cudaFuncAttributeMaxDynamicSharedMemorySize;
+            const int prep = (int)prep_smem(), most = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM, false),
+                      most_db = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM, true);
+            NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<true>, a, prep));
+            NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<false>, a, prep));
+            NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true, false>, a, most));
+            NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<false, false>, a, most));
+            NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true, true>, a, most_db));
+            NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<false, true>, a, most_db));
+            return 0;
+        }) < 0)
+        return -1;
     const int nch = (T + KC - 1) / KC;
-    if (fused_prep())
+    if (fprep)
         nf_launch(kda_chunk_prep_kernel<true>, dim3(nch, H), KC_THREADS, prep_smem(), stream, qkv, g, dt, ssm_a, lb,
                   (const float *)beta, qscale, o, work, T, H, hd);
     else

@@ -539,7 +539,8 @@ int nf_cuda_mla_attend(nf_backend *be, int il, nf_state *st, const float *q, con
     const size_t fit = flash ? MLA_FLASH_CHUNK : MLA_CHUNK_BYTES / per_token;
     const int chunk = imin(T, fit < 1 ? 1 : fit > 65535 ? 65535 : (int)fit);
     nf_cuda_scratch sc(c);
-    float *qt = sc.get<float>((size_t)chunk * H * kl), *S = flash ? nullptr : sc.get<float>(nf_cuda_mla_scratch_floats(chunk, H, kl, width)),
+    float *qt = sc.get<float>((size_t)chunk * H * kl),
+          *S = flash ? nullptr : sc.get<float>(nf_cuda_mla_scratch_floats(chunk, H, kl, width)),
           *U = sc.get<float>((size_t)chunk * H * kl), *o = sc.get<float>((size_t)chunk * H * dv);
     if (!qt || (!S && !flash) || !U || !o) return nf_fail("cuda mla: out of device memory");
     nf_cuda_mat kb = nf_cuda_mat_of(c, &L->k_b), vb = nf_cuda_mat_of(c, &L->v_b), wo = nf_cuda_mat_of(c, &L->attn_output);

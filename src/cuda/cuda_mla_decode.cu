@@ -378,12 +378,13 @@ int nf_mla_twopass(cudaStream_t stream, const float *latent, const float *qt, co
     default: tp_score_launch<16>(stream, latent, qt, sel, T, H, width, hs, scale, S); break;
     }
     NF_LAUNCHED();
-    static bool smem_set[NF_CUDA_MAX_DEVICES]; /* 64 KB of dynamic shared memory needs the opt-in, per device */
-    const int dev = nf_cuda_device_now();
-    if (dev >= NF_CUDA_MAX_DEVICES || !smem_set[dev]) {
-        NF_CU(cudaFuncSetAttribute(mla_twopass_value_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tp_smem_bytes()));
-        if (dev < NF_CUDA_MAX_DEVICES) smem_set[dev] = true;
-    }
+    static bool smem_set[NF_CUDA_MAX_DEVICES]; /* 64 KB of dynamic shared memory needs the opt-in */
+    if (nf_cuda_once_per_device(smem_set, [] {
+            NF_CU(cudaFuncSetAttribute(mla_twopass_value_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)tp_smem_bytes()));
+            return 0;
+        }) < 0)
+        return -1;
     const int nht = (H + TP_VHEADS - 1) / TP_VHEADS;
     dim3 g((kl + TP_VCOLS - 1) / TP_VCOLS, nrange, T * nht);
     nf_launch(mla_twopass_value_kernel, g, TP_THREADS, tp_smem_bytes(), stream, latent, S, sel, H, kl, width, hs, nrange,

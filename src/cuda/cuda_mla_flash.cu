@@ -195,13 +195,13 @@ extern "C" int nf_mla_flash_supported(int kl) { return kl == 64 || kl == 128 || 
 template <int KL>
 static int flash_launch(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H,
                         int width, float scale, float *U) {
-    static bool smem_set[NF_CUDA_MAX_DEVICES]; /* over 48 KiB of dynamic shared memory needs the opt-in, per device */
-    const int dev = nf_cuda_device_now();
-    if (dev >= NF_CUDA_MAX_DEVICES || !smem_set[dev]) {
-        NF_CU(cudaFuncSetAttribute(mla_flash_kernel<KL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)fl_layout<KL>::bytes));
-        if (dev < NF_CUDA_MAX_DEVICES) smem_set[dev] = true;
-    }
+    static bool smem_set[NF_CUDA_MAX_DEVICES]; /* over 48 KiB of dynamic shared memory needs the opt-in */
+    if (nf_cuda_once_per_device(smem_set, [] {
+            NF_CU(cudaFuncSetAttribute(mla_flash_kernel<KL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)fl_layout<KL>::bytes));
+            return 0;
+        }) < 0)
+        return -1;
     nf_launch(mla_flash_kernel<KL>, dim3(T, (H + FL_HT - 1) / FL_HT), FL_THREADS, fl_layout<KL>::bytes, stream, latent,
               qt, sel, H, width, scale, U);
     NF_LAUNCHED();
