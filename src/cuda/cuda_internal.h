@@ -314,6 +314,19 @@ __device__ __forceinline__ float nf_d_kda_gate(float graw, float dt, float rate,
     const float f = __fadd_rn(graw, dt);
     return lb < 0.0f ? __fmul_rn(lb, nf_d_sigmoid(__fmul_rn(rate, f))) : __fmul_rn(-rate, nf_d_softplus(f));
 }
+/* 2^x with results below 2^-126 flushed to 0 (PTX ex2.approx.ftz: one MUFU instruction; exp2f adds a range test
+ * and two multiplies for the subnormal results). For sums of decayed terms, where a term below 2^-126 of the others
+ * cannot change a rounded f32 result that matters (cuda_kda_chunk.cu's pair sums). */
+__device__ __forceinline__ float nf_d_ex2_ftz(float x) {
+#ifdef __CUDACC__
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#else
+    const float y = exp2f(x);
+    return y < 1.17549435e-38f ? 0.0f : y;
+#endif
+}
 __device__ __forceinline__ float nf_d_kda_decay(float graw, float dt, float rate, float lb) {
     return expf(nf_d_kda_gate(graw, dt, rate, lb));
 }

@@ -34,11 +34,15 @@
 #define KC NF_KDA_CHUNK
 #define KC_TILE 32  /* key channels per tile of the pair sums */
 #define KC_THREADS 256
+#define KV2_TILE 16 /* NF_CUDA_KDA_PREP_V2: key channels per tile, and the tile arrays' row length (floats) */
+#define KV2_LD 68
 #define KS_NC 64    /* value columns per block of the serial pass */
 #define KS_THREADS 512
 
 static_assert(KC == 64, "the pair sums map 16 x 16 threads onto 4 x 4 pairs each of a 64-token chunk");
 static_assert(2 * NF_KDA_CHUNKED_MAX_HEAD_DIM <= KC_THREADS, "one thread per key and per value column");
+static_assert(7 * KV2_TILE * KV2_LD <= 2 * KC * KC && KC * KV2_TILE == 4 * KC_THREADS,
+              "the V2 tiles (seven arrays) fit where A^T and P^T go; four elements per thread");
 
 /* the prep kernel's shared memory: A^T and P^T [KC][KC], then the tiles of the pair sums [3][KC][KC_TILE + 1] and
  * later, in the same place, the columns' X [KC][KC_THREADS]; then β [KC], G_C [hd], the norms' factors [2][KC]
@@ -57,13 +61,22 @@ static __host__ __device__ size_t scan_smem(int hd, bool db) {
 }
 
 
+/* dst[0..n) = src[0..n) by cp.async: 16-byte copies when VEC (n, both addresses multiples of 4 floats) */
+template <bool VEC> __device__ __forceinline__ void copy_row(float *dst, const float *src, int n, int lane, int nl) {
+    if (VEC) {
+        for (int x = lane; x < n / 4; x += nl) __pipeline_memcpy_async(dst + 4 * x, src + 4 * x, 16);
+    } else {
+        for (int x = lane; x < n; x += nl) __pipeline_memcpy_async(dst + x, src + x, 4);
+    }
+}
+
 /* Block (chunk blockIdx.x, head blockIdx.y), KC_THREADS threads. In place for the chunk's n <= KC tokens: q rows
  * <- Q', k rows <- M1, v rows <- U0, g rows (log2 decays on entry) <- Kd, o rows <- O0; gam[chunk][h][i] <- Γ_C. */
-template <bool PREP>
+template <bool PREP, bool V2>
 __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qkv, float *g, const float *dt,
                                                                       const float *ssm_a, float lb, const float *beta,
                                                                       float qscale, float *o, float *gam, int T, int H,
-                                                                      int hd) {
+                                                                      int hd, bool vec) {
     NF_PDL_ENTER();
     extern __shared__ __align__(16) float sh[];
     float *At = sh;                 /* [s][t]: β_t a_ts for s < t, 0 elsewhere (transposed: 4 rows t in a float4) */
@@ -136,6 +149,15 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
         }
     }
     __syncthreads();
+    if (V2) { /* the value columns' right-hand side (v; β is applied in place later) straight into Xs, copied while
+               * the pair sums run: Xs[t][hd + j] (the squares above are consumed) */
+        const int warp = tid / 32, lane = tid % 32;
+        for (int r = warp; r < n; r += KC_THREADS / 32) {
+            if (vec) copy_row<true>(Xs + r * KC_THREADS + hd, v0 + (size_t)r * rs, hd, lane, 32);
+            else copy_row<false>(Xs + r * KC_THREADS + hd, v0 + (size_t)r * rs, hd, lane, 32);
+        }
+        __pipeline_commit();
+    }
 
     /* the pair sums: thread (ti, si) owns pairs (ti + 16 a, si + 16 b); one exponent serves a and P */
     const int ti = tid >> 4, si = tid & 15;
@@ -144,73 +166,167 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
     for (int a = 0; a < 4; a++)
 #pragma unroll
         for (int b = 0; b < 4; b++) sa[a][b] = sp[a][b] = 0.0f;
-    for (int i0 = 0; i0 < hd; i0 += KC_TILE) {
-        const int w = hd - i0 < KC_TILE ? hd - i0 : KC_TILE;
-        /* the tile: every thread's loads first, then its stores (a load waiting on each store was a round trip
-         * per element); then, from the tile, the elementwise outputs of these channels: q <- Γ q, g <- Kd,
-         * k <- β Γ k (the right-hand side of the key columns) */
-        constexpr int PER = KC * KC_TILE / KC_THREADS;
-        float lk[PER], lq[PER], lg[PER];
+    if constexpr (V2) {
+        /* Tiles of KV2_TILE channels in the At/Pt space (written only after the last tile), each array [channel][64]
+         * with token t at position 4 (t % 16) + t / 16, so that a thread's four tokens ti + 16 a (or si + 16 b) are
+         * one float4. A pair in the same 16-token block (a == b) takes its exponent directly; a pair of blocks b < a
+         * goes through the reference G_r, r = 16 a (s < r <= t, so both exponents are <= 0):
+         *   k_t k_s 2^(G_t - G_s) = [k_t 2^(G_t - G_r)] [k_s 2^(G_r - G_s)],
+         * the first factor per token (TKt, TQt), the second per token and reference (RA, RB), each computed once
+         * for the block instead of once per pair: 4 exponents per thread and channel instead of 10. A padded token
+         * (t >= n) has G = G_C (no decay past the chunk's end), so every exponent a real pair or a padded t meets
+         * is finite; the pairs s > t of the diagonal blocks (si > ti) may overflow and are never written. */
+        constexpr int W = KV2_TILE, LD = KV2_LD;
+        float *TK = sh, *TQ = TK + W * LD, *TG = TQ + W * LD, *TKt = TG + W * LD, *TQt = TKt + W * LD,
+              *RA = TQt + W * LD, *RB = RA + W * LD;
+        constexpr int PER = KC * W / KC_THREADS;
+        for (int i0 = 0; i0 < hd; i0 += W) {
+            const int w = hd - i0 < W ? hd - i0 : W;
+            /* element x = tid + 256 j: channel (x % 32) / 2, token 16 blk + (x / 32) % 16 with blk = 2 (x / 512) +
+             * x % 2 (a warp's 32 stores land in 32 banks... up to two ways with LD = 68) */
+            float lk[PER], lq[PER], lg[PER];
 #pragma unroll
-        for (int j = 0; j < PER; j++) {
-            const int x = tid + j * KC_THREADS, t = x / KC_TILE, i = x % KC_TILE;
-            const bool ok = t < n && i < w;
-            lk[j] = ok ? k0[(size_t)t * rs + i0 + i] : 0.0f;
-            lq[j] = ok ? q0[(size_t)t * rs + i0 + i] : 0.0f;
-            lg[j] = ok ? g0[(size_t)t * inner + i0 + i] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < PER; j++) { /* normalised (q times qscale) */
-            const int t = (tid + j * KC_THREADS) / KC_TILE;
-            lk[j] = __fmul_rn(lk[j], kn[t]), lq[j] = __fmul_rn(lq[j], qn[t]);
-        }
-#pragma unroll
-        for (int j = 0; j < PER; j++) {
-            const int x = tid + j * KC_THREADS, t = x / KC_TILE, i = x % KC_TILE;
-            tk[t * (KC_TILE + 1) + i] = lk[j], tq[t * (KC_TILE + 1) + i] = lq[j], tg[t * (KC_TILE + 1) + i] = lg[j];
-            if (t < n && i < w) {
-                const float dec = exp2f(lg[j]);
-                q0[(size_t)t * rs + i0 + i] = __fmul_rn(dec, lq[j]);
-                g0[(size_t)t * inner + i0 + i] = __fmul_rn(exp2f(__fsub_rn(gls[i0 + i], lg[j])), lk[j]);
-                k0[(size_t)t * rs + i0 + i] = __fmul_rn(bs[t], __fmul_rn(dec, lk[j]));
-            }
-        }
-        __syncthreads();
-        for (int i = 0; i < w; i++) {
-            float ks[4], gs[4];
-#pragma unroll
-            for (int b = 0; b < 4; b++) {
-                ks[b] = tk[(si + 16 * b) * (KC_TILE + 1) + i];
-                gs[b] = tg[(si + 16 * b) * (KC_TILE + 1) + i];
+            for (int j = 0; j < PER; j++) {
+                const int x = tid + j * KC_THREADS, i = (x & 31) >> 1, blk = 2 * (x >> 9) + (x & 1);
+                const int t = 16 * blk + ((x >> 5) & 15);
+                const bool ok = t < n && i < w;
+                lk[j] = ok ? k0[(size_t)t * rs + i0 + i] : 0.0f;
+                lq[j] = ok ? q0[(size_t)t * rs + i0 + i] : 0.0f;
+                lg[j] = ok ? g0[(size_t)t * inner + i0 + i] : i < w ? gls[i0 + i] : 0.0f;
             }
 #pragma unroll
-            for (int a = 0; a < 4; a++) {
-                const int t = ti + 16 * a;
-                const float kt = tk[t * (KC_TILE + 1) + i], qt = tq[t * (KC_TILE + 1) + i],
-                            gt = tg[t * (KC_TILE + 1) + i];
-                /* b <= a only: for b > a, s >= 16 b > t is never a pair (nvcc cannot see that ti < 16, and issued
-                 * all 16 exponents per channel, 6 of them predicated off); for b < a always s < t; for b == a,
-                 * s <= t when si <= ti. t < n: a padded token's G is 0, above the real ones, and its exponent
-                 * would be positive. */
+            for (int j = 0; j < PER; j++) {
+                const int x = tid + j * KC_THREADS, i = (x & 31) >> 1, blk = 2 * (x >> 9) + (x & 1);
+                const int tb = (x >> 5) & 15, t = 16 * blk + tb, pos = i * LD + 4 * tb + blk;
+                lk[j] = __fmul_rn(lk[j], kn[t]), lq[j] = __fmul_rn(lq[j], qn[t]);
+                TK[pos] = lk[j], TQ[pos] = lq[j], TG[pos] = lg[j];
+            }
+            __syncthreads();
+            /* the elementwise outputs of these channels (q <- Γ q, g <- Kd; the key columns' right-hand side β Γ k
+             * into Xs) and the factors of the block pairs */
 #pragma unroll
-                for (int b = 0; b <= a; b++) {
-                    if ((b < a || si <= ti) && t < n) {
-                        const float e = __fmul_rn(exp2f(__fsub_rn(gt, gs[b])), ks[b]);
-                        sa[a][b] = __fmaf_rn(kt, e, sa[a][b]);
-                        sp[a][b] = __fmaf_rn(qt, e, sp[a][b]);
+            for (int j = 0; j < PER; j++) {
+                const int x = tid + j * KC_THREADS, i = (x & 31) >> 1, blk = 2 * (x >> 9) + (x & 1);
+                const int tb = (x >> 5) & 15, t = 16 * blk + tb, pos = i * LD + 4 * tb + blk, base = i * LD + 4 * tb;
+                const bool ok = t < n && i < w;
+                const float gt = lg[j], kt = lk[j], dec = exp2f(gt);
+                if (ok) {
+                    q0[(size_t)t * rs + i0 + i] = __fmul_rn(dec, lq[j]);
+                    g0[(size_t)t * inner + i0 + i] = __fmul_rn(exp2f(__fsub_rn(gls[i0 + i], gt)), kt);
+                }
+                if (i < w) Xs[t * KC_THREADS + i0 + i] = __fmul_rn(bs[t], __fmul_rn(dec, kt));
+                if (blk > 0) {
+                    const float f = nf_d_ex2_ftz(__fsub_rn(gt, TG[i * LD + blk]));
+                    TKt[pos] = __fmul_rn(kt, f), TQt[pos] = __fmul_rn(lq[j], f);
+                }
+                /* k_s 2^(G_r - G_s) for the references r = 16 a above the token's block: RA = (a1 b0, a2 b0, a2 b1,
+                 * a3 b0), RB = (a3 b1, a3 b2) at the slot of its position in the block */
+                const float g1 = TG[i * LD + 1], g2 = TG[i * LD + 2], g3 = TG[i * LD + 3];
+                auto f = [&](float gr) { return ok ? __fmul_rn(kt, nf_d_ex2_ftz(__fsub_rn(gr, gt))) : 0.0f; };
+                if (blk == 0) RA[base] = f(g1), RA[base + 1] = f(g2), RA[base + 3] = f(g3);
+                else if (blk == 1) RA[base + 2] = f(g2), RB[base] = f(g3);
+                else if (blk == 2) RB[base + 1] = f(g3);
+            }
+            __syncthreads();
+            for (int i = 0; i < w; i++) {
+                const float4 K4 = *(const float4 *)(TK + i * LD + 4 * ti), Q4 = *(const float4 *)(TQ + i * LD + 4 * ti),
+                             G4 = *(const float4 *)(TG + i * LD + 4 * ti), KS = *(const float4 *)(TK + i * LD + 4 * si),
+                             GS = *(const float4 *)(TG + i * LD + 4 * si), KT = *(const float4 *)(TKt + i * LD + 4 * ti),
+                             QT = *(const float4 *)(TQt + i * LD + 4 * ti), A4 = *(const float4 *)(RA + i * LD + 4 * si),
+                             B4 = *(const float4 *)(RB + i * LD + 4 * si);
+                const float kt[4] = {K4.x, K4.y, K4.z, K4.w}, qt[4] = {Q4.x, Q4.y, Q4.z, Q4.w},
+                            gt[4] = {G4.x, G4.y, G4.z, G4.w}, ks[4] = {KS.x, KS.y, KS.z, KS.w},
+                            gs[4] = {GS.x, GS.y, GS.z, GS.w}, kf[4] = {KT.x, KT.y, KT.z, KT.w},
+                            qf[4] = {QT.x, QT.y, QT.z, QT.w};
+#pragma unroll
+                for (int a = 0; a < 4; a++) { /* the diagonal blocks */
+                    const float e = __fmul_rn(nf_d_ex2_ftz(__fsub_rn(gt[a], gs[a])), ks[a]);
+                    sa[a][a] = __fmaf_rn(kt[a], e, sa[a][a]);
+                    sp[a][a] = __fmaf_rn(qt[a], e, sp[a][a]);
+                }
+                const float r[6] = {A4.x, A4.y, A4.z, A4.w, B4.x, B4.y}; /* (1,0) (2,0) (2,1) (3,0) (3,1) (3,2) */
+#pragma unroll
+                for (int a = 1; a < 4; a++)
+#pragma unroll
+                    for (int b = 0; b < a; b++) {
+                        const float rv = r[a * (a - 1) / 2 + b];
+                        sa[a][b] = __fmaf_rn(kf[a], rv, sa[a][b]);
+                        sp[a][b] = __fmaf_rn(qf[a], rv, sp[a][b]);
+                    }
+            }
+            __syncthreads();
+        }
+        __pipeline_wait_prior(0); /* this thread's copies of v (the barrier below shows them to every thread) */
+    } else {
+        for (int i0 = 0; i0 < hd; i0 += KC_TILE) {
+            const int w = hd - i0 < KC_TILE ? hd - i0 : KC_TILE;
+            /* the tile: every thread's loads first, then its stores (a load waiting on each store was a round trip
+             * per element); then, from the tile, the elementwise outputs of these channels: q <- Γ q, g <- Kd,
+             * k <- β Γ k (the right-hand side of the key columns) */
+            constexpr int PER = KC * KC_TILE / KC_THREADS;
+            float lk[PER], lq[PER], lg[PER];
+    #pragma unroll
+            for (int j = 0; j < PER; j++) {
+                const int x = tid + j * KC_THREADS, t = x / KC_TILE, i = x % KC_TILE;
+                const bool ok = t < n && i < w;
+                lk[j] = ok ? k0[(size_t)t * rs + i0 + i] : 0.0f;
+                lq[j] = ok ? q0[(size_t)t * rs + i0 + i] : 0.0f;
+                lg[j] = ok ? g0[(size_t)t * inner + i0 + i] : 0.0f;
+            }
+    #pragma unroll
+            for (int j = 0; j < PER; j++) { /* normalised (q times qscale) */
+                const int t = (tid + j * KC_THREADS) / KC_TILE;
+                lk[j] = __fmul_rn(lk[j], kn[t]), lq[j] = __fmul_rn(lq[j], qn[t]);
+            }
+    #pragma unroll
+            for (int j = 0; j < PER; j++) {
+                const int x = tid + j * KC_THREADS, t = x / KC_TILE, i = x % KC_TILE;
+                tk[t * (KC_TILE + 1) + i] = lk[j], tq[t * (KC_TILE + 1) + i] = lq[j], tg[t * (KC_TILE + 1) + i] = lg[j];
+                if (t < n && i < w) {
+                    const float dec = exp2f(lg[j]);
+                    q0[(size_t)t * rs + i0 + i] = __fmul_rn(dec, lq[j]);
+                    g0[(size_t)t * inner + i0 + i] = __fmul_rn(exp2f(__fsub_rn(gls[i0 + i], lg[j])), lk[j]);
+                    k0[(size_t)t * rs + i0 + i] = __fmul_rn(bs[t], __fmul_rn(dec, lk[j]));
+                }
+            }
+            __syncthreads();
+            for (int i = 0; i < w; i++) {
+                float ks[4], gs[4];
+    #pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    ks[b] = tk[(si + 16 * b) * (KC_TILE + 1) + i];
+                    gs[b] = tg[(si + 16 * b) * (KC_TILE + 1) + i];
+                }
+    #pragma unroll
+                for (int a = 0; a < 4; a++) {
+                    const int t = ti + 16 * a;
+                    const float kt = tk[t * (KC_TILE + 1) + i], qt = tq[t * (KC_TILE + 1) + i],
+                                gt = tg[t * (KC_TILE + 1) + i];
+                    /* b <= a only: for b > a, s >= 16 b > t is never a pair (nvcc cannot see that ti < 16, and issued
+                     * all 16 exponents per channel, 6 of them predicated off); for b < a always s < t; for b == a,
+                     * s <= t when si <= ti. t < n: a padded token's G is 0, above the real ones, and its exponent
+                     * would be positive. */
+    #pragma unroll
+                    for (int b = 0; b <= a; b++) {
+                        if ((b < a || si <= ti) && t < n) {
+                            const float e = __fmul_rn(exp2f(__fsub_rn(gt, gs[b])), ks[b]);
+                            sa[a][b] = __fmaf_rn(kt, e, sa[a][b]);
+                            sp[a][b] = __fmaf_rn(qt, e, sp[a][b]);
+                        }
                     }
                 }
             }
+            __syncthreads();
         }
-        __syncthreads();
     }
 #pragma unroll
     for (int a = 0; a < 4; a++)
 #pragma unroll
         for (int b = 0; b < 4; b++) {
             const int t = ti + 16 * a, s = si + 16 * b;
-            At[s * KC + t] = s < t ? __fmul_rn(bs[t], sa[a][b]) : 0.0f;
-            Pt[s * KC + t] = s <= t ? sp[a][b] : 0.0f;
+            /* (V2: the padded tokens' and the diagonal blocks' s > t sums are not zeros, and are left out here) */
+            At[s * KC + t] = s < t && t < n ? __fmul_rn(bs[t], sa[a][b]) : 0.0f;
+            Pt[s * KC + t] = s <= t && t < n ? sp[a][b] : 0.0f;
         }
     __syncthreads();
 
@@ -222,13 +338,18 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
     const int i = key ? tid : tid - hd;
     float *gcol = key ? k0 + i : v0 + i; /* the column's rows in global memory, stride rs */
     float *xc = Xs + tid;
+    if (V2) { /* the key columns' right-hand side is in Xs from the tiles, the value columns' v from the copies */
+        if (col && !key)
+            for (int t = 0; t < KC; t++) xc[t * KC_THREADS] = t < n ? __fmul_rn(bs[t], xc[t * KC_THREADS]) : 0.0f;
+    } else {
 #pragma unroll 1
-    for (int t0b = 0; t0b < KC; t0b += 16) { /* 16 loads in flight, then their stores */
-        float r[16];
+        for (int t0b = 0; t0b < KC; t0b += 16) { /* 16 loads in flight, then their stores */
+            float r[16];
 #pragma unroll
-        for (int u = 0; u < 16; u++) r[u] = col && t0b + u < n ? gcol[(size_t)(t0b + u) * rs] : 0.0f;
+            for (int u = 0; u < 16; u++) r[u] = col && t0b + u < n ? gcol[(size_t)(t0b + u) * rs] : 0.0f;
 #pragma unroll
-        for (int u = 0; u < 16; u++) xc[(t0b + u) * KC_THREADS] = key ? r[u] : __fmul_rn(bs[t0b + u], r[u]);
+            for (int u = 0; u < 16; u++) xc[(t0b + u) * KC_THREADS] = key ? r[u] : __fmul_rn(bs[t0b + u], r[u]);
+        }
     }
     /* forward substitution: X[t] -= Σ_{s < t} A[t][s] X[s], rows in order, 4 at a time */
 #pragma unroll 1
@@ -287,15 +408,6 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
         }
     }
     if (key) gam[((size_t)c * H + h) * hd + i] = exp2f(gl);
-}
-
-/* dst[0..n) = src[0..n) by cp.async: 16-byte copies when VEC (n, both addresses multiples of 4 floats) */
-template <bool VEC> __device__ __forceinline__ void copy_row(float *dst, const float *src, int n, int lane, int nl) {
-    if (VEC) {
-        for (int x = lane; x < n / 4; x += nl) __pipeline_memcpy_async(dst + 4 * x, src + 4 * x, 16);
-    } else {
-        for (int x = lane; x < n; x += nl) __pipeline_memcpy_async(dst + x, src + x, 4);
-    }
 }
 
 /* Block (value columns [64 blockIdx.x, +64), head blockIdx.y), KS_THREADS threads: the chunks in order, S0 in
@@ -476,6 +588,16 @@ static bool fused_prep(void) { /* read at each call: test_kda runs both */
 
 /* NF_CUDA_KDA_SCAN_DB=on: the serial pass with its X and U0 double-buffered (the same operations, so the same bits;
  * the next chunk's copies overlap both phases). Opt-in: written after the session's last device run, unmeasured. */
+/* NF_CUDA_KDA_PREP_V2=on: the prep kernel's pair sums with one exponent per thread and channel for each diagonal
+ * 16-token block and factors shared by the block for the others (4 exponents per thread and channel instead of
+ * 10, float4 tile reads, no branches), and the right-hand sides kept in shared memory (β Γ k from the tiles, v
+ * copied in during the pair sums) instead of a round trip through global memory. Other roundings (the factored
+ * exponents, 2^x below 2^-126 flushed), within the same bound of the CPU (test_kda). Opt-in until measured. */
+static bool prep_v2(void) { /* read at each call: test_kda runs both */
+    const char *e = getenv("NF_CUDA_KDA_PREP_V2");
+    return e && !strcmp(e, "on");
+}
+
 static bool scan_db(void) { /* read at each call: test_kda compares both */
     const char *e = getenv("NF_CUDA_KDA_SCAN_DB");
     return e && !strcmp(e, "on");
@@ -501,8 +623,10 @@ extern "C" int nf_cuda_kda_chunked(cudaStream_t stream, float *S, float *qkv, fl
             const auto a = cudaFuncAttributeMaxDynamicSharedMemorySize;
             const int prep = (int)prep_smem(), most = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM, false),
                       most_db = (int)scan_smem(NF_KDA_CHUNKED_MAX_HEAD_DIM, true);
-            NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<true>, a, prep));
-            NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<false>, a, prep));
+            NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<true, false>, a, prep));
+            NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<false, false>, a, prep));
+            NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<true, true>, a, prep));
+            NF_CU(cudaFuncSetAttribute(kda_chunk_prep_kernel<false, true>, a, prep));
             NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true, false>, a, most));
             NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<false, false>, a, most));
             NF_CU(cudaFuncSetAttribute(kda_chunk_scan_kernel<true, true>, a, most_db));
@@ -511,15 +635,14 @@ extern "C" int nf_cuda_kda_chunked(cudaStream_t stream, float *S, float *qkv, fl
         }) < 0)
         return -1;
     const int nch = (T + KC - 1) / KC;
-    if (fprep)
-        nf_launch(kda_chunk_prep_kernel<true>, dim3(nch, H), KC_THREADS, prep_smem(), stream, qkv, g, dt, ssm_a, lb,
-                  (const float *)beta, qscale, o, work, T, H, hd);
-    else
-        nf_launch(kda_chunk_prep_kernel<false>, dim3(nch, H), KC_THREADS, prep_smem(), stream, qkv, g, dt, ssm_a, lb,
-                  (const float *)beta, qscale, o, work, T, H, hd);
-    NF_LAUNCHED();
     const bool vec = hd % 4 == 0 && (uintptr_t)qkv % 16 == 0 && (uintptr_t)g % 16 == 0 && (uintptr_t)o % 16 == 0 &&
                      (uintptr_t)work % 16 == 0;
+    const bool v2 = prep_v2();
+    auto pk = fprep ? (v2 ? kda_chunk_prep_kernel<true, true> : kda_chunk_prep_kernel<true, false>)
+                    : (v2 ? kda_chunk_prep_kernel<false, true> : kda_chunk_prep_kernel<false, false>);
+    nf_launch(pk, dim3(nch, H), KC_THREADS, prep_smem(), stream, qkv, g, dt, ssm_a, lb, (const float *)beta, qscale, o,
+              work, T, H, hd, vec);
+    NF_LAUNCHED();
     const dim3 grid((hd + KS_NC - 1) / KS_NC, H);
     const bool db = scan_db();
     auto k = vec ? (db ? kda_chunk_scan_kernel<true, true> : kda_chunk_scan_kernel<true, false>)

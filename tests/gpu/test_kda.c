@@ -245,7 +245,8 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     float *oc = malloc(p.no * sizeof(float)), *Sc = malloc(p.nS * sizeof(float));
     float *o0 = malloc(p.no * sizeof(float)), *S0 = malloc(p.nS * sizeof(float));
     float *o1 = malloc(p.no * sizeof(float)), *S1 = malloc(p.nS * sizeof(float));
-    if (!oc || !Sc || !o0 || !S0 || !o1 || !S1) nf_die("test_kda: out of memory");
+    float *o2 = malloc(p.no * sizeof(float)), *S2 = malloc(p.nS * sizeof(float));
+    if (!oc || !Sc || !o0 || !S0 || !o1 || !S1 || !o2 || !S2) nf_die("test_kda: out of memory");
     /* the reference: the CPU, or (without it, at glm53's full shape) the fused GPU path, itself within 1e-4 of
      * the CPU in exact_case */
     if (with_cpu) cpu_reference(&p, oc, Sc);
@@ -265,6 +266,28 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     unsetenv("NF_CUDA_KDA_SCAN_DB");
     const size_t ddb = rcd == 0 ? bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS) : p.no + p.nS;
     CHECK(ddb == 0, "T=%d H=%d hd=%d: the double-buffered serial pass: %zu values differ from the default's", T, H, hd, ddb);
+    /* the second prep kernel (NF_CUDA_KDA_PREP_V2=on: factored pair sums, the right-hand sides in shared memory),
+     * with its own and with the separate input preparation: within the same bound; calls cut at multiples of
+     * NF_KDA_CHUNK bit-identical to its one-shot */
+    double ev2 = 0.0;
+    size_t dv2 = 0;
+    setenv("NF_CUDA_KDA_PREP_V2", "on", 1);
+    for (int fp = 0; fp < 2; fp++) {
+        static const int cuts[] = {NF_KDA_CHUNK, 2 * NF_KDA_CHUNK};
+        if (fp) setenv("NF_CUDA_KDA_FUSED_PREP", "on", 1);
+        const int rv = run(&p, s, NF_KDA_CHUNKED, NULL, 0, o1, S1);
+        const int rc2 = rv == 0 ? run(&p, s, NF_KDA_CHUNKED, cuts, 2, o2, S2) : -1;
+        unsetenv("NF_CUDA_KDA_FUSED_PREP");
+        CHECK(rv == 0 && rc2 == 0, "chunked (prep v2, fused prep %d) T=%d: %s", fp, T, nf_error());
+        const double e = fmax(rel_err(o1, oc, p.no), rel_err(S1, Sc, p.nS));
+        CHECK(e <= CHUNKED_TOL, "T=%d H=%d hd=%d: chunked with prep v2 (fused prep %d): rel err %.3g > %g", T, H, hd, fp,
+              e, CHUNKED_TOL);
+        const size_t d = bytes_differ(o2, o1, p.no) + bytes_differ(S2, S1, p.nS);
+        CHECK(d == 0, "T=%d H=%d hd=%d: prep v2 (fused prep %d) in calls of multiples of %d: %zu values differ from its "
+              "one-shot", T, H, hd, fp, NF_KDA_CHUNK, d);
+        ev2 = fmax(ev2, e), dv2 += d;
+    }
+    unsetenv("NF_CUDA_KDA_PREP_V2");
     double err = rel_err(o0, oc, p.no), errS = rel_err(S0, Sc, p.nS);
     CHECK(err <= CHUNKED_TOL && errS <= CHUNKED_TOL, "T=%d H=%d hd=%d lb=%g: chunked one-shot vs %s: rel err o %.3g S %.3g > %g",
           T, H, hd, lb, with_cpu ? "CPU" : "fused", err, errS, CHUNKED_TOL);
@@ -292,11 +315,11 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     const size_t doff = bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS);
     CHECK(doff == 0, "T=%d: NF_KDA_AUTO with NF_CUDA_KDA_CHUNK=off is not the serial path (%zu values differ)", T, doff);
     printf("  kda chunked T=%-5d H=%-2d hd=%-3d lb=%-2g: %s (vs %s: o %.2e S %.2e, odd calls %.2e; aligned calls "
-           "bit-identical: %s; auto %s; fused prep %.2e; double-buffered pass %s)\n",
+           "bit-identical: %s; auto %s; fused prep %.2e; double-buffered pass %s; prep v2 %.2e, cut %s)\n",
            T, H, hd, lb, n_failed == before ? "ok" : "FAIL", with_cpu ? "CPU" : "fused", err, errS, eodd,
            da ? "no" : "yes", T >= NF_KDA_CHUNKED_MIN_T ? (dauto ? "not chunked" : "chunked") : "serial (short)", efp,
-           ddb ? "DIFFERENT" : "bit-identical");
-    free(oc), free(Sc), free(o0), free(S0), free(o1), free(S1);
+           ddb ? "DIFFERENT" : "bit-identical", ev2, dv2 ? "DIFFERENT" : "bit-identical");
+    free(oc), free(Sc), free(o0), free(S0), free(o1), free(S1), free(o2), free(S2);
     problem_free(&p);
 }
 
@@ -364,6 +387,8 @@ int nf_gpu_test_kda(int bench_on, int quick) {
     chunked_case(s, 300, 2, 128, -5.0f, 1); /* glm53's head_dim, 16-byte copies, a partial last chunk */
     chunked_case(s, 192, 3, 100, -5.0f, 1); /* 4-byte copies, padded key channels, two column blocks */
     chunked_case(s, 130, 2, 16, 0.0f, 1);   /* the fixtures' head_dim, the softplus gate */
+    chunked_case(s, 256, 2, 128, 0.0f, 1);  /* glm53's head_dim with the slower softplus decay: the pairs of distant
+                                             * 16-token blocks count (prep v2's factored exponents) */
     chunked_case(s, 200, 2, 36, -5.0f, 1);
     chunked_case(s, 70, 1, 256, 0.0f, 1);   /* refused: head_dim > 128 */
     if (!small) chunked_case(s, 2048, 64, 128, -5.0f, 0);
