@@ -314,6 +314,13 @@ static void bench(void) {
     bench_one("288 x 2048x4096 experts, T 4096 k 8", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 4096, 8, NF_GEMM_AUTO);
     bench_one("288 x 4096x2048 experts, T 4096 k 8", NF_TYPE_Q2_K, 4096, 2048, 288, 4096, 8, NF_GEMM_AUTO);
     bench_one("4096x4096, T 4096", NF_TYPE_Q8_0, 4096, 4096, 1, 4096, 1, NF_GEMM_AUTO);
+    /* the 16384-token chunk (the CUDA backend's prefill chunk): ~455 vectors per expert; the dense shape in bf16
+     * and Q8_0 (what the per-tile dequantization costs), and the ceiling's own shape for the ratio */
+    bench_one("288 x 2048x4096 experts, T 16384 k 8", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 16384, 8, NF_GEMM_AUTO);
+    bench_one("288 x 4096x2048 experts, T 16384 k 8", NF_TYPE_Q2_K, 4096, 2048, 288, 16384, 8, NF_GEMM_AUTO);
+    bench_one("4096x4096, T 16384", NF_TYPE_BF16, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
+    bench_one("4096x4096, T 16384", NF_TYPE_Q8_0, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
+    bench_one("8192x8192, T 8192 (the ceiling's shape)", NF_TYPE_BF16, 8192, 8192, 1, 8192, 1, NF_GEMM_AUTO);
     static const uint32_t down_types[] = {NF_TYPE_Q2_K, NF_TYPE_Q4_K};
     for (size_t i = 0; i < sizeof down_types / sizeof down_types[0]; i++)
         bench_one("288 x 4096x2048 experts, T 512 k 8", down_types[i], 4096, 2048, 288, 512, 8, NF_GEMM_AUTO);
