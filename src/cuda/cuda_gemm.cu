@@ -440,6 +440,53 @@ __global__ void __launch_bounds__(GT) group_place_kernel(const int32_t *ids, int
     }
 }
 
+/* ---- the weights decoded once (NF_CUDA_GEMM_PREDEQ) ----
+ * out[r][k] = bf16 of the weight the tiled kernel would stage for (r, k): the same nf_wgroup decode and rounding
+ * (pack_bf16x2), so a product over `out` as BF16 weights gives the bits of the product over the quantized rows. */
+template <int TY>
+__global__ void __launch_bounds__(NT) dequant_bf16_kernel(const uint8_t *w, size_t row_bytes, size_t slice_bytes,
+                                                           int64_t rows, int64_t n, int64_t total_rows, uint4 *out) {
+    NF_PDL_ENTER();
+    __shared__ uint64_t tgrid[256];
+    __shared__ uint8_t tsigns[128];
+    if (TY == NF_TYPE_IQ2_XXS) {
+        for (int i = (int)threadIdx.x; i < 256; i += NT) tgrid[i] = nf_c_iq2_grid[i];
+        for (int i = (int)threadIdx.x; i < 128; i += NT) tsigns[i] = nf_c_iq2_signs[i];
+        __syncthreads();
+    }
+    const nf_iq2_tables tabs = {tgrid, tsigns};
+    const int64_t gpr = n / 8, total = total_rows * gpr;
+    for (int64_t idx = (int64_t)blockIdx.x * NT + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * NT) {
+        const int64_t r = idx / gpr, gi = idx % gpr;
+        const uint8_t *row = w + (size_t)(r / rows) * slice_bytes + (size_t)(r % rows) * row_bytes;
+        nf_wgroup<TY> wg;
+        wg.load(row, gi * 8, n, false);
+        float f[8];
+        wg.decode(f, tabs);
+        out[idx] = make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]), pack_bf16x2(f[4], f[5]),
+                              pack_bf16x2(f[6], f[7]));
+    }
+}
+
+/* NF_CUDA_GEMM_PREDEQ=on: a quantized matrix that NF_GEMM_PREDEQ_MIN_VECTORS or more vectors per matrix use (a
+ * 16384-token prefill chunk's dense projections: 256 vector tiles, so the tiled kernel decodes every weight 256
+ * times) is decoded once into a bf16 copy in the stream's pool, and the product runs on the copy as BF16 weights:
+ * the same bits (above). Costs one pass of reads and a 2-byte write per weight (~1% of such a product) and the
+ * copy's memory while it runs. Routed experts never (a copy of all of them would be gigabytes). Opt-in until
+ * measured (session 22). */
+int predeq_count; /* products that ran on a decoded copy (nf_cuda_gemm_predeq_count: test_gemm) */
+bool predeq_on(void) { /* read per call: test_gemm compares both */
+    const char *e = getenv("NF_CUDA_GEMM_PREDEQ");
+    return e && !strcmp(e, "on");
+}
+template <int TY> void launch_dequant(const uint8_t *w, size_t row_bytes, size_t slice_bytes, int64_t rows, int64_t n,
+                                      int64_t total_rows, uint4 *out, cudaStream_t st) {
+    const int64_t groups = total_rows * (n / 8);
+    const int64_t blocks = (groups + NT - 1) / NT;
+    nf_launch(dequant_bf16_kernel<TY>, (unsigned)(blocks < 132 * 16 ? blocks : 132 * 16), NT, 0, st, w, row_bytes,
+              slice_bytes, rows, n, total_rows, out);
+}
+
 /* ---- host side ---- */
 bool type_handled(uint32_t t) {
     switch (t) {
@@ -565,8 +612,32 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
         a.ny = (per_group + bn - 1) / bn;
         grid = dim3(gx, (unsigned)(a.ny < 65535 ? a.ny : 65535), (unsigned)smod);
     }
+    uint32_t type = w->type;
+    void *copy = nullptr;
+    if (!ids && mode == NF_GEMM_BF16 && per >= NF_GEMM_PREDEQ_MIN_VECTORS && w->n % 8 == 0 && type != NF_TYPE_F32 &&
+        type != NF_TYPE_F16 && type != NF_TYPE_BF16 && predeq_on()) {
+        const int64_t total_rows = w->rows * smod;
+        if (cudaMallocAsync(&copy, (size_t)total_rows * w->n * 2, st) == cudaSuccess) {
+            switch (type) {
+            case NF_TYPE_Q8_0: launch_dequant<NF_TYPE_Q8_0>(a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, (uint4 *)copy, st); break;
+            case NF_TYPE_Q4_K: launch_dequant<NF_TYPE_Q4_K>(a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, (uint4 *)copy, st); break;
+            case NF_TYPE_Q6_K: launch_dequant<NF_TYPE_Q6_K>(a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, (uint4 *)copy, st); break;
+            case NF_TYPE_Q2_K: launch_dequant<NF_TYPE_Q2_K>(a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, (uint4 *)copy, st); break;
+            case NF_TYPE_IQ2_XXS: launch_dequant<NF_TYPE_IQ2_XXS>(a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, (uint4 *)copy, st); break;
+            }
+            a.w = (const uint8_t *)copy;
+            a.row_bytes = (size_t)w->n * 2;
+            a.slice_bytes = (size_t)w->rows * w->n * 2;
+            a.wvec = true;
+            type = NF_TYPE_BF16;
+            predeq_count++;
+        } else {
+            copy = nullptr;
+            (void)cudaGetLastError(); /* no room for the copy: the product decodes as it goes */
+        }
+    }
     cudaError_t e = cudaSuccess;
-    switch (w->type) {
+    switch (type) {
     case NF_TYPE_F32: e = launch<NF_TYPE_F32>(a, grid, mode, bn, st); break;
     case NF_TYPE_F16: e = launch<NF_TYPE_F16>(a, grid, mode, bn, st); break;
     case NF_TYPE_BF16: e = launch<NF_TYPE_BF16>(a, grid, mode, bn, st); break;
@@ -577,9 +648,12 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
     case NF_TYPE_IQ2_XXS: e = launch<NF_TYPE_IQ2_XXS>(a, grid, mode, bn, st); break;
     }
     if (scratch) cudaFreeAsync(scratch, st);
+    if (copy) cudaFreeAsync(copy, st);
     if (e != cudaSuccess) return nf_fail("cuda gemm: launch: %s", cudaGetErrorString(e));
     return 0;
 }
+
+extern "C" int nf_cuda_gemm_predeq_count(void) { return predeq_count; }
 
 /* ---- the backend's entry (cuda_internal.h) ---- */
 int nf_cuda_gemm_mode(void) {

@@ -223,6 +223,56 @@ static void check_modes_and_refusals(void) {
     cudaFree(dy);
 }
 
+/* NF_CUDA_GEMM_PREDEQ=on: a quantized matrix used by >= NF_GEMM_PREDEQ_MIN_VECTORS vectors (dense, and per head)
+ * is decoded once to bf16 and multiplied as BF16 weights: every output byte as without the copy (the same decode
+ * and rounding), and the copy must have been taken (the count); routed experts never take it */
+static void check_predeq(void) {
+    static const uint32_t types[] = {NF_TYPE_Q8_0, NF_TYPE_Q4_K, NF_TYPE_Q6_K, NF_TYPE_Q2_K, NF_TYPE_IQ2_XXS};
+    const int64_t n = 256, rows = 72;
+    const int nvec = 2 * NF_GEMM_PREDEQ_MIN_VECTORS + 6; /* two heads of >= the minimum each */
+    float *x = nf_xmalloc(sizeof(float) * n * nvec);
+    for (int64_t i = 0; i < n * nvec; i++) x[i] = gauss();
+    float *y0 = nf_xmalloc(sizeof(float) * rows * nvec), *y1 = nf_xmalloc(sizeof(float) * rows * nvec);
+    float *dx, *dy;
+    CK(cudaMalloc((void **)&dx, sizeof(float) * n * nvec));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * rows * nvec));
+    CK(cudaMemcpy(dx, x, sizeof(float) * n * nvec, cudaMemcpyHostToDevice));
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int smod = 1; smod <= 2; smod++) {
+            const uint32_t type = types[ti];
+            const size_t rb = nf_row_bytes(type, n);
+            float *deq;
+            uint8_t *W = make_rows(type, rows * smod, n, &deq);
+            void *dw;
+            CK(cudaMalloc(&dw, rb * rows * smod));
+            CK(cudaMemcpy(dw, W, rb * rows * smod, cudaMemcpyHostToDevice));
+            nf_gemm_weights w = {dw, type, n, rows, smod, rb, rb * rows};
+            const int before = nf_cuda_gemm_predeq_count();
+            int rc0 = nf_cuda_gemm(&w, dx, n, 1, smod, NULL, dy, rows, nvec, NF_GEMM_AUTO, NULL);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(y0, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
+            const int mid = nf_cuda_gemm_predeq_count();
+            setenv("NF_CUDA_GEMM_PREDEQ", "on", 1);
+            int rc1 = nf_cuda_gemm(&w, dx, n, 1, smod, NULL, dy, rows, nvec, NF_GEMM_AUTO, NULL);
+            unsetenv("NF_CUDA_GEMM_PREDEQ");
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(y1, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
+            const int taken = nf_cuda_gemm_predeq_count() - mid;
+            const int same = !memcmp(y0, y1, sizeof(float) * rows * nvec);
+            const int ok = rc0 == 0 && rc1 == 0 && mid == before && taken == 1 && same;
+            printf("gemm %-8s decoded once (NF_CUDA_GEMM_PREDEQ), %d head%s x %d vectors: copy %s, outputs %s  %s\n",
+                   nf_type_get(type)->name, smod, smod > 1 ? "s" : "", nvec / smod, taken == 1 ? "taken" : "NOT TAKEN",
+                   same ? "bit-identical" : "DIFFERENT", ok ? "ok" : "FAIL");
+            n_failed += !ok;
+            cudaFree(dw);
+            free(W);
+            free(deq);
+        }
+    cudaFree(dx);
+    cudaFree(dy);
+    free(x), free(y0), free(y1);
+}
+
 /* ---- bench ---- */
 
 /* E*rows rows of `type`: 256 distinct quantized rows repeated (quantizing 2.4 G weights on the CPU would take
@@ -320,6 +370,9 @@ static void bench(void) {
     bench_one("288 x 4096x2048 experts, T 16384 k 8", NF_TYPE_Q2_K, 4096, 2048, 288, 16384, 8, NF_GEMM_AUTO);
     bench_one("4096x4096, T 16384", NF_TYPE_BF16, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
     bench_one("4096x4096, T 16384", NF_TYPE_Q8_0, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
+    setenv("NF_CUDA_GEMM_PREDEQ", "on", 1);
+    bench_one("4096x4096, T 16384, decoded once", NF_TYPE_Q8_0, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
+    unsetenv("NF_CUDA_GEMM_PREDEQ");
     bench_one("8192x8192, T 8192 (the ceiling's shape)", NF_TYPE_BF16, 8192, 8192, 1, 8192, 1, NF_GEMM_AUTO);
     static const uint32_t down_types[] = {NF_TYPE_Q2_K, NF_TYPE_Q4_K};
     for (size_t i = 0; i < sizeof down_types / sizeof down_types[0]; i++)
@@ -332,6 +385,7 @@ int nf_gpu_test_gemm(int bench_mode) {
                                      NF_TYPE_Q4_K, NF_TYPE_Q6_K, NF_TYPE_Q2_K, NF_TYPE_IQ2_XXS};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_type(types[i]);
     check_modes_and_refusals();
+    check_predeq();
     printf("gemm: %s (%d failed checks)\n", n_failed ? "FAIL" : "all passed", n_failed);
     if (bench_mode) bench();
     return n_failed;
