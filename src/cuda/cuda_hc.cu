@@ -366,38 +366,101 @@ __global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *
 #define HPP_K 64
 #define HPP_THREADS 256
 #define HPP_LD (HPP_K + 4) /* row stride of the shared tiles in floats: the 4 tokens of a warp in distinct banks */
-__global__ void __launch_bounds__(HPP_THREADS) hc_proj_prefill_kernel(const float *W, int64_t flat, int nm, const float *X,
-                                                                      int64_t ldx, int T, float eps, float *mm) {
+/* IL (NF_CUDA_HC_PREFILL_FOLD=on, hc = 4, n a multiple of 16): chunk c holds elements 16c .. 16c + 15 of all four
+ * streams (columns 16 j + u = flat j n + 16 c + u), so that with the previous sub-layer's output y (non-null) the
+ * CTA can first apply hc_post to exactly the columns it stages (every updated element needs the four streams at
+ * that element, and no other CTA touches its tokens), write them back to X and project the updated values: the
+ * separate hc_post pass over X (read and write) and its launch disappear. The same order with or without y, so a
+ * folded call and hc_post then the projection give the same bits. Threads 0..127 stage X (token tid / 4, elements
+ * 4 (tid % 4) .. + 3 of the chunk, all four streams), 128..255 the W rows. */
+template <bool IL>
+__global__ void __launch_bounds__(HPP_THREADS) hc_proj_prefill_kernel(const float *W, int64_t flat, int nm, const float *X_,
+                                                                      int64_t ldx, int T, float eps, float *mm,
+                                                                      const float *y, const float *mix, int n) {
     NF_PDL_ENTER();
+    float *X = (float *)X_; /* written only with IL and y: the streams' update */
     __shared__ __align__(16) float xs[HPP_TOK * HPP_LD];
     __shared__ __align__(16) float ws[HPP_OUT * HPP_LD];
     const int tid = (int)threadIdx.x, tok = tid >> 3, g = tid & 7;
     const int t0 = (int)blockIdx.x * HPP_TOK;
     constexpr int Q = HPP_K / 4; /* float4s per staged row */
-    /* this thread's loads of a chunk: X float4s tid and tid + 256 (32 rows x 16), W float4s tid and tid + 256 (24 x 16) */
-    float4 xr[2], wr[2];
+    /* this thread's loads of a chunk: X float4s tid and tid + 256 (32 rows x 16), W float4s tid and tid + 256 (24 x 16);
+     * IL: threads < 128 four X float4s (the streams) and y's, threads >= 128 three W float4s */
+    float4 xr[4], wr[3], yr = make_float4(0.f, 0.f, 0.f, 0.f);
+    float pm[20]; /* IL with y: mix[t] (post[4], comb[16]) */
+    const float4 z4 = make_float4(0.f, 0.f, 0.f, 0.f);
     auto load = [&](int64_t k0) {
+        if constexpr (IL) {
+            const int64_t e0 = k0 / 4; /* chunk k0 / HPP_K: elements 16 (k0 / 64) .. */
+            if (tid < 128) {
+                const int row = tid >> 2, e4 = tid & 3;
+                const bool ok = t0 + row < T;
+                const float *xp = X + (size_t)(t0 + row) * ldx + e0 + 4 * e4;
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int i = tid + u * HPP_THREADS, row = i / Q, q = i % Q;
-            xr[u] = t0 + row < T ? *(const float4 *)(X + (size_t)(t0 + row) * ldx + k0 + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
-            wr[u] = row < nm ? __ldg((const float4 *)(W + (size_t)row * flat + k0 + 4 * q)) : make_float4(0.f, 0.f, 0.f, 0.f);
+                for (int j = 0; j < 4; j++) xr[j] = ok ? *(const float4 *)(xp + (size_t)j * n) : z4;
+                if (y) yr = ok ? *(const float4 *)(y + (size_t)(t0 + row) * n + e0 + 4 * e4) : z4;
+            } else {
+#pragma unroll
+                for (int u = 0; u < 3; u++) {
+                    const int i = tid - 128 + u * 128, row = i / Q, q = i % Q, j = q >> 2, e4 = q & 3;
+                    wr[u] = row < nm ? __ldg((const float4 *)(W + (size_t)row * flat + (size_t)j * n + e0 + 4 * e4)) : z4;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int i = tid + u * HPP_THREADS, row = i / Q, q = i % Q;
+                xr[u] = t0 + row < T ? *(const float4 *)(X + (size_t)(t0 + row) * ldx + k0 + 4 * q) : z4;
+                wr[u] = row < nm ? __ldg((const float4 *)(W + (size_t)row * flat + k0 + 4 * q)) : z4;
+            }
         }
     };
-    auto store = [&]() {
+    auto store = [&](int64_t k0) {
+        if constexpr (IL) {
+            if (tid < 128) {
+                const int row = tid >> 2, e4 = tid & 3;
+                if (y && t0 + row < T) { /* hc_post_kernel<4>'s operations on these 4 elements of the 4 streams */
+                    const float *post = pm, *comb = pm + 4;
+                    const float4 o = xr[0], p1 = xr[1], p2 = xr[2], p3 = xr[3];
+                    const float vx[4] = {o.x, p1.x, p2.x, p3.x}, vy[4] = {o.y, p1.y, p2.y, p3.y},
+                                vz[4] = {o.z, p1.z, p2.z, p3.z}, vw[4] = {o.w, p1.w, p2.w, p3.w};
+                    float *xp = X + (size_t)(t0 + row) * ldx + k0 / 4 + 4 * e4;
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int i = tid + u * HPP_THREADS, row = i / Q, q = i % Q;
-            *(float4 *)(xs + row * HPP_LD + 4 * q) = xr[u];
-            if (row < HPP_OUT) *(float4 *)(ws + row * HPP_LD + 4 * q) = wr[u];
+                    for (int j = 0; j < 4; j++) {
+                        xr[j] = make_float4(hc_post_value<4>(post, comb, 4, j, yr.x, vx),
+                                            hc_post_value<4>(post, comb, 4, j, yr.y, vy),
+                                            hc_post_value<4>(post, comb, 4, j, yr.z, vz),
+                                            hc_post_value<4>(post, comb, 4, j, yr.w, vw));
+                        *(float4 *)(xp + (size_t)j * n) = xr[j];
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < 4; j++) *(float4 *)(xs + row * HPP_LD + 16 * j + 4 * e4) = xr[j];
+            } else {
+#pragma unroll
+                for (int u = 0; u < 3; u++) {
+                    const int i = tid - 128 + u * 128, row = i / Q, q = i % Q;
+                    if (row < HPP_OUT) *(float4 *)(ws + row * HPP_LD + 4 * q) = wr[u];
+                }
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int i = tid + u * HPP_THREADS, row = i / Q, q = i % Q;
+                *(float4 *)(xs + row * HPP_LD + 4 * q) = xr[u];
+                if (row < HPP_OUT) *(float4 *)(ws + row * HPP_LD + 4 * q) = wr[u];
+            }
         }
     };
     float a0 = 0.f, a1 = 0.f, a2 = 0.f;
     double ss = 0.0;
     load(0);
+    if (IL && y && tid < 128 && t0 + (tid >> 2) < T) /* the token's post weights and combination, for every chunk */
+#pragma unroll
+        for (int i = 0; i < 20; i++) pm[i] = mix[(size_t)(t0 + (tid >> 2)) * 20 + i];
     for (int64_t k0 = 0; k0 < flat; k0 += HPP_K) {
         __syncthreads(); /* the previous chunk's reads are done */
-        store();
+        store(k0);
         __syncthreads();
         if (k0 + HPP_K < flat) load(k0 + HPP_K);
         const float *xt = xs + tok * HPP_LD, *w0 = ws + g * HPP_LD, *w1 = w0 + 8 * HPP_LD, *w2 = w1 + 8 * HPP_LD;
@@ -431,15 +494,31 @@ static bool hc_proj_prefill_on(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_HC_PROJ_PREFILL", "off");
 }
 
-/* prefill's projection into mm[T][nm] by hc_proj_prefill_kernel: 1 when it ran, 0 when off or the shape does not
- * suit it (nothing launched) */
-static int hc_proj_prefill(nf_cuda *c, const nf_cuda_mat &w, const float *X, int T, int64_t flat, int nm, float eps,
-                           float *mm) {
+/* NF_CUDA_HC_PREFILL_FOLD=on: prefill's projection stages the four streams element-interleaved and takes the
+ * previous sub-layer's hc_post into the same pass (hc_proj_prefill_kernel<true>). Other roundings of the projection
+ * than off (the columns summed in another order; folded or not, the same bits). Opt-in until measured (session 22). */
+static bool hc_prefill_fold_on(void) {
+    static int cache = -1;
+    return !nf_cuda_env_switch(&cache, "NF_CUDA_HC_PREFILL_FOLD", "on");
+}
+
+/* prefill's projection into mm[T][nm] by hc_proj_prefill_kernel: 1 when it ran (2: with post_y's hc_post folded
+ * in, X updated), 0 when off or the shape does not suit it (nothing launched) */
+static int hc_proj_prefill(nf_backend *be, nf_cuda *c, const nf_cuda_mat &w, float *X, int T, int64_t flat, int nm, float eps,
+                           float *mm, int hc, int n, const float *post_y, const float *mix) {
     if (!hc_proj_prefill_on() || T <= NF_CUDA_GEMV_MAX_VECTORS || w.type != NF_TYPE_F32 || !w.w || nm > HPP_OUT ||
         flat % HPP_K || w.n != flat || w.rows != nm || ((uintptr_t)w.w & 15) || ((uintptr_t)X & 15))
         return 0;
-    nf_launch(hc_proj_prefill_kernel, (unsigned)((T + HPP_TOK - 1) / HPP_TOK), HPP_THREADS, 0, c->stream,
-              (const float *)w.w, flat, nm, X, flat, T, eps, mm);
+    const unsigned blocks = (unsigned)((T + HPP_TOK - 1) / HPP_TOK);
+    if (hc == 4 && n % 16 == 0 && hc_prefill_fold_on() && ((uintptr_t)post_y & 15) == 0) {
+        nf_launch(hc_proj_prefill_kernel<true>, blocks, HPP_THREADS, 0, c->stream, (const float *)w.w, flat, nm,
+                  (const float *)X, flat, T, eps, mm, post_y, mix, n);
+        NF_LAUNCHED();
+        return post_y ? 2 : 1;
+    }
+    if (post_y && nf_cuda_hc_post(be, X, post_y, mix, T) < 0) return -1;
+    nf_launch(hc_proj_prefill_kernel<false>, blocks, HPP_THREADS, 0, c->stream, (const float *)w.w, flat, nm,
+              (const float *)X, flat, T, eps, mm, (const float *)nullptr, (const float *)nullptr, n);
     NF_LAUNCHED();
     return 1;
 }
@@ -665,11 +744,13 @@ static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out,
         else if (nf_cuda_combine_flush(c) < 0) return -1;
     }
     if (split < 0) return -1;
-    if (!split && post_y && nf_cuda_hc_post(be, X, post_y, mix, T) < 0) return -1;
     if (!split) {
         if (!(mm = sc.get<float>((size_t)T * nm))) return nf_fail("cuda hc_pre: out of device memory");
-        if (!hc_proj_prefill(c, w, X, T, flat, nm, hp->rms_eps, mm) &&
-            nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0)
+        /* hc_post of post_y first, unless the prefill projection takes it */
+        const int pp = hc_proj_prefill(be, c, w, X, T, flat, nm, hp->rms_eps, mm, hc, n, post_y, mix);
+        if (pp < 0) return -1;
+        if (!pp && ((post_y && nf_cuda_hc_post(be, X, post_y, mix, T) < 0) ||
+                    nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0))
             return -1;
     }
     const float *norm_w = norm ? nf_cuda_vec(c, norm) : nullptr;
