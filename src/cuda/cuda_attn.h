@@ -64,6 +64,12 @@ typedef enum {
 int nf_mla_flash_supported(int kl);
 int nf_mla_flash(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H, int kl,
                  int width, float scale, float *U);
+/* The same core over a bf16 copy of the latent cache (nf_mla_latent_bf16 of rows 0 .. every selected position;
+ * 16-byte aligned): rows copied to shared memory by cp.async instead of loaded, rounded and stored; the same bits
+ * as nf_mla_flash. The backend's prefill takes it with NF_CUDA_MLA_FLASH16=on (one copy per layer and forward). */
+int nf_mla_flash16(cudaStream_t stream, const uint16_t *latent16, const float *qt, const int32_t *sel, int T, int H,
+                   int kl, int width, float scale, float *U);
+int nf_mla_latent_bf16(cudaStream_t stream, const float *latent, int64_t rows, int kl, uint16_t *out);
 /* 1 when the backend's prefill attention takes NF_MLA_PATH_FLASH (nf_cuda_mla_tc_wanted(T), kl supported,
  * NF_CUDA_MLA_FLASH not off) */
 int nf_cuda_mla_flash_wanted(int T, int kl);

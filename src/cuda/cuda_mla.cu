@@ -427,6 +427,13 @@ static bool flash_enabled(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_MLA_FLASH", "off");
 }
 
+/* NF_CUDA_MLA_FLASH16=on: the one-kernel core over a bf16 copy of the latent cache (nf_mla_flash16: the same bits).
+ * Opt-in until measured (session 22). */
+static bool flash16_enabled(void) {
+    static int cache = -1;
+    return !nf_cuda_env_switch(&cache, "NF_CUDA_MLA_FLASH16", "on");
+}
+
 extern "C" int nf_cuda_mla_flash_wanted(int T, int kl) {
     return nf_cuda_mla_tc_wanted(T) && nf_mla_flash_supported(kl) && flash_enabled();
 }
@@ -545,12 +552,21 @@ int nf_cuda_mla_attend(nf_backend *be, int il, nf_state *st, const float *q, con
     if (!qt || (!S && !flash) || !U || !o) return nf_fail("cuda mla: out of device memory");
     nf_cuda_mat kb = nf_cuda_mat_of(c, &L->k_b), vb = nf_cuda_mat_of(c, &L->v_b), wo = nf_cuda_mat_of(c, &L->attn_output);
     const float scale = 1.0f / sqrtf((float)dk);
+    /* NF_CUDA_MLA_FLASH16=on: the cache's rows 0 .. pos + T (every position this forward's tokens may select) in
+     * bf16 once, for the one-kernel core to copy (~0.1 ms at 65536 positions and glm53's rank) */
+    uint16_t *lat16 = nullptr;
+    if (flash && flash16_enabled()) {
+        const int64_t rows = st->pos + T;
+        if (!(lat16 = sc.get<uint16_t>((size_t)rows * kl + 8))) return nf_fail("cuda mla: out of device memory");
+        if (nf_mla_latent_bf16(c->stream, st->L[il].latent, rows, kl, lat16) < 0) return -1;
+    }
     for (int t0 = 0; t0 < T; t0 += chunk) {
         const int tc = imin(chunk, T - t0);
         if (nf_cuda_matmul_ex(c, &kb, q + (size_t)t0 * H * dk, dk, 1, H, nullptr, qt, kl, tc * H) < 0) return -1;
         const nf_mla_path path = flash ? NF_MLA_PATH_FLASH : tc_path ? NF_MLA_PATH_TC : NF_MLA_PATH_AUTO;
-        if (nf_cuda_mla_core_path(path, c->stream, st->L[il].latent, qt, sel + (size_t)t0 * width, tc, H, kl, width, scale,
-                                  S, U) < 0)
+        if (lat16 ? nf_mla_flash16(c->stream, lat16, qt, sel + (size_t)t0 * width, tc, H, kl, width, scale, U) < 0
+                  : nf_cuda_mla_core_path(path, c->stream, st->L[il].latent, qt, sel + (size_t)t0 * width, tc, H, kl,
+                                          width, scale, S, U) < 0)
             return -1;
         if (nf_cuda_matmul_ex(c, &vb, U, kl, 1, H, nullptr, o, dv, tc * H) < 0) return -1;
         if (nf_cuda_matmul(c, &wo, o, tc, (int64_t)H * dv, y + (size_t)t0 * n, n) < 0) return -1;

@@ -13,6 +13,8 @@
  * Rounding: qt, the latent rows and p in bf16 (as NF_MLA_PATH_TC), f32 accumulation; the softmax in f32 with the
  * flash form's order (the sum of each tile's exponentials against the running max). A token's values depend only
  * on its own rows, so like every other path it is independent of how many tokens share a call. */
+#include <cuda_pipeline.h>
+
 #include "cuda/cuda_attn.h"
 #include "cuda/cuda_internal.h"
 #include "cuda/cuda_launch.h"
@@ -57,9 +59,28 @@ template <int ROWS, int KL, int KP, class F> __device__ __forceinline__ void fl_
     }
 }
 
-/* CTA = (token blockIdx.x, heads [32 blockIdx.y, +32)); U [T][H][KL] */
-template <int KL>
+/* ROWS rows of KL bf16 (already rounded: nf_mla_latent_bf16) to rows of KP at dst by cp.async, 16 bytes a copy,
+ * row r from src_of(r) or zeros where that is NULL: no register round trip, no conversion */
+template <int ROWS, int KL, int KP, class F> __device__ __forceinline__ void fl_stage16(uint16_t *dst, F src_of, int tid) {
+    constexpr int Q = KL / 8, N = ROWS * Q; /* 16-byte pieces per row, in all */
+    static_assert(N % FL_THREADS == 0, "whole rounds");
+#pragma unroll 4
+    for (int e = tid; e < N; e += FL_THREADS) {
+        const uint16_t *src = src_of(e / Q);
+        uint16_t *d = dst + (e / Q) * KP + 8 * (e % Q);
+        if (src) __pipeline_memcpy_async(d, src + 8 * (e % Q), 16);
+        else *(uint4 *)d = make_uint4(0u, 0u, 0u, 0u);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+}
+
+/* CTA = (token blockIdx.x, heads [32 blockIdx.y, +32)); U [T][H][KL]. B16: the latent rows as bf16 (latent16,
+ * nf_mla_latent_bf16's copy of the cache) staged by cp.async; otherwise f32 rows (latent), rounded as staged: the
+ * same bf16 values either way, so the same bits. */
+template <int KL, bool B16>
 __global__ void __launch_bounds__(FL_THREADS, 2) mla_flash_kernel(const float *__restrict__ latent,
+                                                                  const uint16_t *__restrict__ latent16,
                                                                   const float *__restrict__ qt,
                                                                   const int32_t *__restrict__ sel, int H, int width,
                                                                   float scale, float *__restrict__ U) {
@@ -91,7 +112,11 @@ __global__ void __launch_bounds__(FL_THREADS, 2) mla_flash_kernel(const float *_
             valid |= p >= 0;
         }
         if (!__syncthreads_or(valid)) continue; /* a tile without a selected row adds nothing */
-        fl_stage<FL_ST, KL, KP>(Cs, [&](int r) { return pos[r] >= 0 ? latent + (int64_t)pos[r] * KL : nullptr; }, tid);
+        if (B16)
+            fl_stage16<FL_ST, KL, KP>(Cs, [&](int r) { return pos[r] >= 0 ? latent16 + (int64_t)pos[r] * KL : nullptr; },
+                                      tid);
+        else
+            fl_stage<FL_ST, KL, KP>(Cs, [&](int r) { return pos[r] >= 0 ? latent + (int64_t)pos[r] * KL : nullptr; }, tid);
         __syncthreads();
         /* scores: warp (wm, wn) takes heads 16 wm .., slots 16 wn .. (two n8 tiles), k = the latent dims */
         {
@@ -193,28 +218,65 @@ __global__ void __launch_bounds__(FL_THREADS, 2) mla_flash_kernel(const float *_
 extern "C" int nf_mla_flash_supported(int kl) { return kl == 64 || kl == 128 || kl == 256 || kl == 512; }
 
 template <int KL>
-static int flash_launch(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H,
-                        int width, float scale, float *U) {
+static int flash_launch(cudaStream_t stream, const float *latent, const uint16_t *latent16, const float *qt,
+                        const int32_t *sel, int T, int H, int width, float scale, float *U) {
     static bool smem_set[NF_CUDA_MAX_DEVICES]; /* over 48 KiB of dynamic shared memory needs the opt-in */
     if (nf_cuda_once_per_device(smem_set, [] {
-            NF_CU(cudaFuncSetAttribute(mla_flash_kernel<KL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+            NF_CU(cudaFuncSetAttribute(mla_flash_kernel<KL, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)fl_layout<KL>::bytes));
+            NF_CU(cudaFuncSetAttribute(mla_flash_kernel<KL, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)fl_layout<KL>::bytes));
             return 0;
         }) < 0)
         return -1;
-    nf_launch(mla_flash_kernel<KL>, dim3(T, (H + FL_HT - 1) / FL_HT), FL_THREADS, fl_layout<KL>::bytes, stream, latent,
-              qt, sel, H, width, scale, U);
+    nf_launch(latent16 ? mla_flash_kernel<KL, true> : mla_flash_kernel<KL, false>, dim3(T, (H + FL_HT - 1) / FL_HT),
+              FL_THREADS, fl_layout<KL>::bytes, stream, latent, latent16, qt, sel, H, width, scale, U);
     NF_LAUNCHED();
     return 0;
 }
 
-extern "C" int nf_mla_flash(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H,
-                            int kl, int width, float scale, float *U) {
+static int flash_any(cudaStream_t stream, const float *latent, const uint16_t *latent16, const float *qt,
+                     const int32_t *sel, int T, int H, int kl, int width, float scale, float *U) {
     switch (kl) {
-    case 64: return flash_launch<64>(stream, latent, qt, sel, T, H, width, scale, U);
-    case 128: return flash_launch<128>(stream, latent, qt, sel, T, H, width, scale, U);
-    case 256: return flash_launch<256>(stream, latent, qt, sel, T, H, width, scale, U);
-    case 512: return flash_launch<512>(stream, latent, qt, sel, T, H, width, scale, U);
+    case 64: return flash_launch<64>(stream, latent, latent16, qt, sel, T, H, width, scale, U);
+    case 128: return flash_launch<128>(stream, latent, latent16, qt, sel, T, H, width, scale, U);
+    case 256: return flash_launch<256>(stream, latent, latent16, qt, sel, T, H, width, scale, U);
+    case 512: return flash_launch<512>(stream, latent, latent16, qt, sel, T, H, width, scale, U);
     default: return nf_fail("cuda mla: the one-kernel prefill core takes kv_lora_rank 64, 128, 256 or 512, not %d", kl);
     }
+}
+
+extern "C" int nf_mla_flash(cudaStream_t stream, const float *latent, const float *qt, const int32_t *sel, int T, int H,
+                            int kl, int width, float scale, float *U) {
+    return flash_any(stream, latent, nullptr, qt, sel, T, H, kl, width, scale, U);
+}
+
+extern "C" int nf_mla_flash16(cudaStream_t stream, const uint16_t *latent16, const float *qt, const int32_t *sel, int T,
+                              int H, int kl, int width, float scale, float *U) {
+    if (!latent16 || ((uintptr_t)latent16 & 15)) return nf_fail("cuda mla: the bf16 latent copy must be 16-byte aligned");
+    return flash_any(stream, nullptr, latent16, qt, sel, T, H, kl, width, scale, U);
+}
+
+/* out[i] = bf16(latent[i]) for i < n (n a multiple of 4), pack_bf16x2's rounding, as fl_stage rounds */
+__global__ void mla_latent_bf16_kernel(const float4 *__restrict__ in, uint2 *__restrict__ out, int64_t n4) {
+    NF_PDL_ENTER();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
+        const float4 v = in[i];
+        uint2 u;
+        u.x = pack_bf16x2(v.x, v.y);
+        u.y = pack_bf16x2(v.z, v.w);
+        out[i] = u;
+    }
+}
+
+extern "C" int nf_mla_latent_bf16(cudaStream_t stream, const float *latent, int64_t rows, int kl, uint16_t *out) {
+    const int64_t n = rows * kl;
+    if (n <= 0) return 0;
+    if (n % 4 || ((uintptr_t)latent & 15) || ((uintptr_t)out & 7))
+        return nf_fail("cuda mla: the latent's bf16 copy needs 16-byte aligned rows of a multiple of 4");
+    const int64_t n4 = n / 4, blocks = (n4 + 255) / 256;
+    nf_launch(mla_latent_bf16_kernel, (unsigned)(blocks < 132 * 8 ? blocks : 132 * 8), 256, 0, stream,
+              (const float4 *)latent, (uint2 *)out, n4);
+    NF_LAUNCHED();
+    return 0;
 }

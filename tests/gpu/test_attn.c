@@ -364,6 +364,23 @@ static void core_check(int H, int kl, int width, int64_t ctx, int T, int force_p
                "one call vs two: %zu of %zu values differ\n", H, kl, width, T, name, e, nd, nU);
         CHECK(e <= 1e-2, "attention core error %.3g (%s)", e, name);
         CHECK(nd == 0, "%zu of %zu values differ between one call and two calls on the %s path", nd, nU, name);
+        if (fl) { /* over the latent's bf16 copy (nf_mla_flash16, NF_CUDA_MLA_FLASH16): the same bits */
+            uint16_t *d16;
+            CU(cudaMalloc((void **)&d16, (size_t)ctx * kl * sizeof(uint16_t)));
+            CU(cudaMemset(U, 0xff, nU * sizeof(float)));
+            rc = nf_mla_latent_bf16(0, dlat, ctx, kl, d16);
+            if (rc == 0) rc = nf_mla_flash16(0, d16, dqt, dsel, T, H, kl, width, fscale, U);
+            CHECK(rc == 0, "mla core (flash over the bf16 copy): %s", nf_error());
+            CU(cudaDeviceSynchronize());
+            CU(cudaMemcpy(tc2, U, nU * sizeof(float), cudaMemcpyDeviceToHost));
+            size_t n16 = 0;
+            for (size_t i = 0; i < nU; i++) n16 += memcmp(&tc1[i], &tc2[i], sizeof(float)) != 0;
+            printf("  mla core H %d kl %d, the flash path over the latent's bf16 copy: %zu of %zu values differ\n", H, kl,
+                   n16, nU);
+            CHECK(n16 == 0, "%zu of %zu values differ between the flash path over f32 rows and over the bf16 copy", n16,
+                  nU);
+            cudaFree(d16);
+        }
         free(tc1);
         free(tc2);
     }
@@ -420,10 +437,13 @@ static void bench_decode_paths(const float *dlat, const float *dqt, const int32_
 /* The attention core of a prefill chunk of T tokens on the f32 tiled path and on the tensor-core path, in a
  * rotating order within each repetition: median us per token per MLA layer, and the TFLOPS of the two products
  * (2 x H x kl multiply-adds per valid selected entry, counted from the selection rows). */
-static void bench_prefill_paths(const float *dlat, const float *dqt, const int32_t *dsel, int T, int H, int kl, int width,
-                                int reps, float *S, float *U, cudaEvent_t *ev) {
-    enum { NP = 3 };
-    static const nf_mla_path paths[NP] = {NF_MLA_PATH_TILED, NF_MLA_PATH_TC, NF_MLA_PATH_FLASH};
+static void bench_prefill_paths(const float *dlat, int64_t ctx, const float *dqt, const int32_t *dsel, int T, int H,
+                                int kl, int width, int reps, float *S, float *U, cudaEvent_t *ev) {
+    enum { NP = 4 }; /* the fourth: the one-kernel core over the latent's bf16 copy (made once, outside the timing) */
+    static const nf_mla_path paths[NP] = {NF_MLA_PATH_TILED, NF_MLA_PATH_TC, NF_MLA_PATH_FLASH, NF_MLA_PATH_FLASH};
+    uint16_t *d16;
+    CU(cudaMalloc((void **)&d16, (size_t)ctx * kl * sizeof(uint16_t)));
+    if (nf_mla_latent_bf16(0, dlat, ctx, kl, d16) < 0) nf_die("%s", nf_error());
     int32_t *hsel = nf_xmalloc((size_t)T * width * sizeof(int32_t));
     CU(cudaMemcpy(hsel, dsel, (size_t)T * width * sizeof(int32_t), cudaMemcpyDeviceToHost));
     double valid = 0;
@@ -435,19 +455,22 @@ static void bench_prefill_paths(const float *dlat, const float *dqt, const int32
         for (int j = 0; j < NP; j++) {
             const int k = (r + 1 + j) % NP;
             CU(cudaEventRecord(ev[0], 0));
-            if (nf_cuda_mla_core_path(paths[k], 0, dlat, dqt, dsel, T, H, kl, width, 1.0f / 16.0f, S, U) < 0)
+            if ((k == 3 ? nf_mla_flash16(0, d16, dqt, dsel, T, H, kl, width, 1.0f / 16.0f, U)
+                        : nf_cuda_mla_core_path(paths[k], 0, dlat, dqt, dsel, T, H, kl, width, 1.0f / 16.0f, S, U)) < 0)
                 nf_die("%s", nf_error());
             CU(cudaEventRecord(ev[1], 0));
             CU(cudaEventSynchronize(ev[1]));
             if (r >= 0) CU(cudaEventElapsedTime(&t[k][r], ev[0], ev[1]));
         }
     }
+    cudaFree(d16);
     for (int k = 0; k < NP; k++) qsort(t[k], reps, sizeof(float), cmp_float);
     const double flop = 4.0 * H * kl * valid; /* scores and values: 2 flops per multiply-add each */
     printf("%9s %5s prefill attention by path, us per token: tiled %.2f (%.1f TFLOPS), tensor cores %.2f (%.1f TFLOPS), "
-           "one kernel %.2f (%.1f TFLOPS)\n",
+           "one kernel %.2f (%.1f TFLOPS), one kernel over bf16 rows %.2f (%.1f TFLOPS)\n",
            "", "", t[0][reps / 2] * 1000.0 / T, flop / (t[0][reps / 2] * 1e-3) / 1e12, t[1][reps / 2] * 1000.0 / T,
-           flop / (t[1][reps / 2] * 1e-3) / 1e12, t[2][reps / 2] * 1000.0 / T, flop / (t[2][reps / 2] * 1e-3) / 1e12);
+           flop / (t[1][reps / 2] * 1e-3) / 1e12, t[2][reps / 2] * 1000.0 / T, flop / (t[2][reps / 2] * 1e-3) / 1e12,
+           t[3][reps / 2] * 1000.0 / T, flop / (t[3][reps / 2] * 1e-3) / 1e12);
     for (int k = 0; k < NP; k++) free(t[k]);
 }
 
@@ -525,7 +548,7 @@ static void bench(int quick) {
             const double us = 1000.0 / T, a = t_sc[reps / 2] * us, b = t_se[reps / 2] * us, c = t_at[reps / 2] * us;
             printf("%9lld %5d %10.2f %10.2f %10.2f %10.2f %12.1f\n", (long long)ctx, T, a, b, c, a + b + c, (a + b + c) * n_mla);
             if (T == 1) bench_decode_paths(dlat, dqt, dsel, H, kl, width, reps, S, U, ev);
-            else bench_prefill_paths(dlat, dqt, dsel, T, H, kl, width, reps, S, U, ev);
+            else bench_prefill_paths(dlat, ctx, dqt, dsel, T, H, kl, width, reps, S, U, ev);
         }
     }
     for (int i = 0; i < 4; i++) cudaEventDestroy(ev[i]);
