@@ -66,7 +66,7 @@ int nf_mla_flash(cudaStream_t stream, const float *latent, const float *qt, cons
                  int width, float scale, float *U);
 /* The same core over a bf16 copy of the latent cache (nf_mla_latent_bf16 of rows 0 .. every selected position;
  * 16-byte aligned): rows copied to shared memory by cp.async instead of loaded, rounded and stored; the same bits
- * as nf_mla_flash. The backend's prefill takes it with NF_CUDA_MLA_FLASH16=on (one copy per layer and forward). */
+ * as nf_mla_flash. The backend's prefill takes it unless NF_CUDA_MLA_FLASH16=off (one copy per layer and forward). */
 int nf_mla_flash16(cudaStream_t stream, const uint16_t *latent16, const float *qt, const int32_t *sel, int T, int H,
                    int kl, int width, float scale, float *U);
 int nf_mla_latent_bf16(cudaStream_t stream, const float *latent, int64_t rows, int kl, uint16_t *out);

@@ -43,7 +43,7 @@ typedef enum {
  * queued, the caller uses another kernel); -1: error (nf_error). */
 int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ldx, int xdiv, int smod, const int32_t *ids,
                  float *y, int64_t ldy, int nvec, nf_gemm_mode mode, void *stream);
-/* NF_CUDA_GEMM_PREDEQ=on: quantized matrices of >= NF_GEMM_PREDEQ_MIN_VECTORS vectors per matrix (not routed) are
+/* NF_CUDA_GEMM_PREDEQ (default on, =off): quantized matrices of >= NF_GEMM_PREDEQ_MIN_VECTORS vectors per matrix (not routed) are
  * decoded once into a bf16 copy and multiplied as BF16 (the same bits); the count of such products so far */
 #define NF_GEMM_PREDEQ_MIN_VECTORS 4096
 int nf_cuda_gemm_predeq_count(void);

@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *
 #define HPP_K 64
 #define HPP_THREADS 256
 #define HPP_LD (HPP_K + 4) /* row stride of the shared tiles in floats: the 4 tokens of a warp in distinct banks */
-/* IL (NF_CUDA_HC_PREFILL_FOLD=on, hc = 4, n a multiple of 16): chunk c holds elements 16c .. 16c + 15 of all four
+/* IL (NF_CUDA_HC_PREFILL_FOLD, default on; hc = 4, n a multiple of 16): chunk c holds elements 16c .. 16c + 15 of all four
  * streams (columns 16 j + u = flat j n + 16 c + u), so that with the previous sub-layer's output y (non-null) the
  * CTA can first apply hc_post to exactly the columns it stages (every updated element needs the four streams at
  * that element, and no other CTA touches its tokens), write them back to X and project the updated values: the
@@ -494,12 +494,13 @@ static bool hc_proj_prefill_on(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_HC_PROJ_PREFILL", "off");
 }
 
-/* NF_CUDA_HC_PREFILL_FOLD=on: prefill's projection stages the four streams element-interleaved and takes the
- * previous sub-layer's hc_post into the same pass (hc_proj_prefill_kernel<true>). Other roundings of the projection
- * than off (the columns summed in another order; folded or not, the same bits). Opt-in until measured (session 22). */
+/* NF_CUDA_HC_PREFILL_FOLD (default on; =off for hc_post then the projection in column order): prefill's projection
+ * stages the four streams element-interleaved and takes the previous sub-layer's hc_post into the same pass
+ * (hc_proj_prefill_kernel<true>). Other roundings of the projection than off (the columns summed in another order;
+ * folded or not, the same bits). 1.75 ms per site at 16384 tokens on the H100 (session 22). */
 static bool hc_prefill_fold_on(void) {
     static int cache = -1;
-    return !nf_cuda_env_switch(&cache, "NF_CUDA_HC_PREFILL_FOLD", "on");
+    return nf_cuda_env_switch(&cache, "NF_CUDA_HC_PREFILL_FOLD", "off");
 }
 
 /* prefill's projection into mm[T][nm] by hc_proj_prefill_kernel: 1 when it ran (2: with post_y's hc_post folded

@@ -578,30 +578,28 @@ __global__ void __launch_bounds__(KS_THREADS, 1) kda_chunk_scan_kernel(float *S,
     for (int x = tid; x < hd * nc; x += KS_THREADS) Sh[(size_t)(x / nc) * hd + j0 + x % nc] = Ss[(x / nc) * KS_NC + x % nc];
 }
 
-/* NF_CUDA_KDA_FUSED_PREP=on: the prep kernel prepares the inputs itself (norms, log2 decays, sigmoid(beta)) instead of
- * kda_prep_kernel's pass before it. Opt-in: written after the session's last device run, so not yet measured
- * (bench/results/2026-12-07-s21/call4.sh is the A/B); off, the values are those of the measured build (404431a). */
-static bool fused_prep(void) { /* read at each call: test_kda runs both */
-    const char *e = getenv("NF_CUDA_KDA_FUSED_PREP");
-    return e && !strcmp(e, "on");
+/* 0 when the variable is "off", else 1 (read at each call: test_kda runs both settings of each) */
+static bool on_unless_off(const char *name) {
+    const char *e = getenv(name);
+    return !(e && !strcmp(e, "off"));
 }
 
-/* NF_CUDA_KDA_SCAN_DB=on: the serial pass with its X and U0 double-buffered (the same operations, so the same bits;
- * the next chunk's copies overlap both phases). Opt-in: written after the session's last device run, unmeasured. */
-/* NF_CUDA_KDA_PREP_V2=on: the prep kernel's pair sums with one exponent per thread and channel for each diagonal
+/* NF_CUDA_KDA_FUSED_PREP (default on; =off for kda_prep_kernel's pass before the prep kernel): the prep kernel
+ * prepares the inputs itself (norms, log2 decays, sigmoid(beta)). Measured with the other session-22 defaults
+ * (docs/cuda.md, session 22): kda_prep's 1.65 ms per 16384-token layer call gone. */
+static bool fused_prep(void) { return on_unless_off("NF_CUDA_KDA_FUSED_PREP"); }
+
+/* NF_CUDA_KDA_SCAN_DB (default on; =off for the single-buffered pass): the serial pass with its X and U0
+ * double-buffered (the same operations, so the same bits; the next chunk's copies overlap both phases). */
+/* NF_CUDA_KDA_PREP_V2 (default on; =off for the first prep kernel): the prep kernel's pair sums with one exponent per thread and channel for each diagonal
  * 16-token block and factors shared by the block for the others (4 exponents per thread and channel instead of
  * 10, float4 tile reads, no branches), and the right-hand sides kept in shared memory (β Γ k from the tiles, v
  * copied in during the pair sums) instead of a round trip through global memory. Other roundings (the factored
- * exponents, 2^x below 2^-126 flushed), within the same bound of the CPU (test_kda). Opt-in until measured. */
-static bool prep_v2(void) { /* read at each call: test_kda runs both */
-    const char *e = getenv("NF_CUDA_KDA_PREP_V2");
-    return e && !strcmp(e, "on");
-}
+ * exponents, 2^x below 2^-126 flushed), within the same bound of the CPU (test_kda). With the fused preparation:
+ * 6.05 ms per 16384-token layer call on the H100 against 8.7-9.0 ms plus kda_prep's 1.65 (session 22). */
+static bool prep_v2(void) { return on_unless_off("NF_CUDA_KDA_PREP_V2"); }
 
-static bool scan_db(void) { /* read at each call: test_kda compares both */
-    const char *e = getenv("NF_CUDA_KDA_SCAN_DB");
-    return e && !strcmp(e, "on");
-}
+static bool scan_db(void) { return on_unless_off("NF_CUDA_KDA_SCAN_DB"); }
 
 extern "C" int nf_cuda_kda_chunked_supported(int hd) { return hd >= 1 && hd <= NF_KDA_CHUNKED_MAX_HEAD_DIM; }
 

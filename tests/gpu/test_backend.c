@@ -689,10 +689,10 @@ static void test_model(const char *label, const char *path, const char *recipe, 
     printf("  prefill %d tokens, bf16 GEMM (not gated): logits max rel %.2e, argmax %d/%d, selection rows differing %d/%d\n",
            n, e16, am16, n, sel16, n_mla * n);
 
-    /* the KDA conv's row kernel (NF_CUDA_KDA_CONV_ROWS=on, opt-in) gives the grid-stride kernel's bits */
+    /* the KDA conv's row kernel (the default) gives the grid-stride kernel's bits (NF_CUDA_KDA_CONV_ROWS=off) */
     {
-        setenv("NF_CUDA_KDA_CONV_ROWS", "on", 1);
-        CHECK(prefill(gpu, tok, n, 0, g2, n_mla ? sg2 : NULL, n) == 0, "gpu prefill (conv rows): %s", nf_error());
+        setenv("NF_CUDA_KDA_CONV_ROWS", "off", 1);
+        CHECK(prefill(gpu, tok, n, 0, g2, n_mla ? sg2 : NULL, n) == 0, "gpu prefill (conv grid-stride): %s", nf_error());
         unsetenv("NF_CUDA_KDA_CONV_ROWS");
         const int same_rows = !memcmp(g16, g2, (size_t)n * V * sizeof(float));
         printf("  prefill with the KDA conv row kernel vs the grid-stride kernel: %s\n", same_rows ? "bit-identical" : "DIFFERENT");

@@ -223,7 +223,7 @@ static void check_modes_and_refusals(void) {
     cudaFree(dy);
 }
 
-/* NF_CUDA_GEMM_PREDEQ=on: a quantized matrix used by >= NF_GEMM_PREDEQ_MIN_VECTORS vectors (dense, and per head)
+/* NF_CUDA_GEMM_PREDEQ (default; =off decodes per tile): a quantized matrix used by >= NF_GEMM_PREDEQ_MIN_VECTORS vectors (dense, and per head)
  * is decoded once to bf16 and multiplied as BF16 weights: every output byte as without the copy (the same decode
  * and rounding), and the copy must have been taken (the count); routed experts never take it */
 static void check_predeq(void) {
@@ -248,13 +248,13 @@ static void check_predeq(void) {
             CK(cudaMemcpy(dw, W, rb * rows * smod, cudaMemcpyHostToDevice));
             nf_gemm_weights w = {dw, type, n, rows, smod, rb, rb * rows};
             const int before = nf_cuda_gemm_predeq_count();
+            setenv("NF_CUDA_GEMM_PREDEQ", "off", 1);
             int rc0 = nf_cuda_gemm(&w, dx, n, 1, smod, NULL, dy, rows, nvec, NF_GEMM_AUTO, NULL);
+            unsetenv("NF_CUDA_GEMM_PREDEQ");
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(y0, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
             const int mid = nf_cuda_gemm_predeq_count();
-            setenv("NF_CUDA_GEMM_PREDEQ", "on", 1);
             int rc1 = nf_cuda_gemm(&w, dx, n, 1, smod, NULL, dy, rows, nvec, NF_GEMM_AUTO, NULL);
-            unsetenv("NF_CUDA_GEMM_PREDEQ");
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(y1, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
             const int taken = nf_cuda_gemm_predeq_count() - mid;
@@ -369,10 +369,10 @@ static void bench(void) {
     bench_one("288 x 2048x4096 experts, T 16384 k 8", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 16384, 8, NF_GEMM_AUTO);
     bench_one("288 x 4096x2048 experts, T 16384 k 8", NF_TYPE_Q2_K, 4096, 2048, 288, 16384, 8, NF_GEMM_AUTO);
     bench_one("4096x4096, T 16384", NF_TYPE_BF16, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
-    bench_one("4096x4096, T 16384", NF_TYPE_Q8_0, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
-    setenv("NF_CUDA_GEMM_PREDEQ", "on", 1);
-    bench_one("4096x4096, T 16384, decoded once", NF_TYPE_Q8_0, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
+    setenv("NF_CUDA_GEMM_PREDEQ", "off", 1);
+    bench_one("4096x4096, T 16384, decoded per tile", NF_TYPE_Q8_0, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
     unsetenv("NF_CUDA_GEMM_PREDEQ");
+    bench_one("4096x4096, T 16384, decoded once", NF_TYPE_Q8_0, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
     bench_one("8192x8192, T 8192 (the ceiling's shape)", NF_TYPE_BF16, 8192, 8192, 1, 8192, 1, NF_GEMM_AUTO);
     static const uint32_t down_types[] = {NF_TYPE_Q2_K, NF_TYPE_Q4_K};
     for (size_t i = 0; i < sizeof down_types / sizeof down_types[0]; i++)

@@ -252,39 +252,42 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     if (with_cpu) cpu_reference(&p, oc, Sc);
     else CHECK(run(&p, s, NF_KDA_FUSED, NULL, 0, oc, Sc) == 0, "fused T=%d failed", T);
     CHECK(run(&p, s, NF_KDA_CHUNKED, NULL, 0, o0, S0) == 0, "chunked T=%d H=%d hd=%d: %s", T, H, hd, nf_error());
-    /* the prep kernel preparing its inputs itself (NF_CUDA_KDA_FUSED_PREP=on): other roundings of the norms, within
-     * the same bound */
-    setenv("NF_CUDA_KDA_FUSED_PREP", "on", 1);
+    /* the default: the second prep kernel preparing its own inputs, the serial pass double-buffered. With the input
+     * preparation as a separate pass (NF_CUDA_KDA_FUSED_PREP=off): other roundings of the norms, within the same
+     * bound */
+    setenv("NF_CUDA_KDA_FUSED_PREP", "off", 1);
     const int rcf = run(&p, s, NF_KDA_CHUNKED, NULL, 0, o1, S1);
     unsetenv("NF_CUDA_KDA_FUSED_PREP");
-    CHECK(rcf == 0, "chunked (fused prep) T=%d: %s", T, nf_error());
+    CHECK(rcf == 0, "chunked (separate prep) T=%d: %s", T, nf_error());
     const double efp = fmax(rel_err(o1, oc, p.no), rel_err(S1, Sc, p.nS));
-    CHECK(efp <= CHUNKED_TOL, "T=%d H=%d hd=%d: chunked with the fused prep: rel err %.3g > %g", T, H, hd, efp, CHUNKED_TOL);
-    /* the serial pass double-buffered (NF_CUDA_KDA_SCAN_DB=on): the same operations, the same bits */
-    setenv("NF_CUDA_KDA_SCAN_DB", "on", 1);
+    CHECK(efp <= CHUNKED_TOL, "T=%d H=%d hd=%d: chunked with the separate prep: rel err %.3g > %g", T, H, hd, efp,
+          CHUNKED_TOL);
+    /* the single-buffered serial pass (NF_CUDA_KDA_SCAN_DB=off): the same operations, the same bits */
+    setenv("NF_CUDA_KDA_SCAN_DB", "off", 1);
     const int rcd = run(&p, s, NF_KDA_CHUNKED, NULL, 0, o1, S1);
     unsetenv("NF_CUDA_KDA_SCAN_DB");
     const size_t ddb = rcd == 0 ? bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS) : p.no + p.nS;
-    CHECK(ddb == 0, "T=%d H=%d hd=%d: the double-buffered serial pass: %zu values differ from the default's", T, H, hd, ddb);
-    /* the second prep kernel (NF_CUDA_KDA_PREP_V2=on: factored pair sums, the right-hand sides in shared memory),
-     * with its own and with the separate input preparation: within the same bound; calls cut at multiples of
-     * NF_KDA_CHUNK bit-identical to its one-shot */
+    CHECK(ddb == 0, "T=%d H=%d hd=%d: the single-buffered serial pass: %zu values differ from the default's", T, H, hd,
+          ddb);
+    /* the first prep kernel (NF_CUDA_KDA_PREP_V2=off: a direct exponent per pair, the right-hand sides through
+     * global memory), with its own and with the separate input preparation: within the same bound; calls cut at
+     * multiples of NF_KDA_CHUNK bit-identical to its one-shot */
     double ev2 = 0.0;
     size_t dv2 = 0;
-    setenv("NF_CUDA_KDA_PREP_V2", "on", 1);
+    setenv("NF_CUDA_KDA_PREP_V2", "off", 1);
     for (int fp = 0; fp < 2; fp++) {
         static const int cuts[] = {NF_KDA_CHUNK, 2 * NF_KDA_CHUNK};
-        if (fp) setenv("NF_CUDA_KDA_FUSED_PREP", "on", 1);
+        if (!fp) setenv("NF_CUDA_KDA_FUSED_PREP", "off", 1);
         const int rv = run(&p, s, NF_KDA_CHUNKED, NULL, 0, o1, S1);
         const int rc2 = rv == 0 ? run(&p, s, NF_KDA_CHUNKED, cuts, 2, o2, S2) : -1;
         unsetenv("NF_CUDA_KDA_FUSED_PREP");
-        CHECK(rv == 0 && rc2 == 0, "chunked (prep v2, fused prep %d) T=%d: %s", fp, T, nf_error());
+        CHECK(rv == 0 && rc2 == 0, "chunked (first prep kernel, fused prep %d) T=%d: %s", fp, T, nf_error());
         const double e = fmax(rel_err(o1, oc, p.no), rel_err(S1, Sc, p.nS));
-        CHECK(e <= CHUNKED_TOL, "T=%d H=%d hd=%d: chunked with prep v2 (fused prep %d): rel err %.3g > %g", T, H, hd, fp,
-              e, CHUNKED_TOL);
+        CHECK(e <= CHUNKED_TOL, "T=%d H=%d hd=%d: chunked with the first prep kernel (fused prep %d): rel err %.3g > %g",
+              T, H, hd, fp, e, CHUNKED_TOL);
         const size_t d = bytes_differ(o2, o1, p.no) + bytes_differ(S2, S1, p.nS);
-        CHECK(d == 0, "T=%d H=%d hd=%d: prep v2 (fused prep %d) in calls of multiples of %d: %zu values differ from its "
-              "one-shot", T, H, hd, fp, NF_KDA_CHUNK, d);
+        CHECK(d == 0, "T=%d H=%d hd=%d: the first prep kernel (fused prep %d) in calls of multiples of %d: %zu values "
+              "differ from its one-shot", T, H, hd, fp, NF_KDA_CHUNK, d);
         ev2 = fmax(ev2, e), dv2 += d;
     }
     unsetenv("NF_CUDA_KDA_PREP_V2");
@@ -315,7 +318,7 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     const size_t doff = bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS);
     CHECK(doff == 0, "T=%d: NF_KDA_AUTO with NF_CUDA_KDA_CHUNK=off is not the serial path (%zu values differ)", T, doff);
     printf("  kda chunked T=%-5d H=%-2d hd=%-3d lb=%-2g: %s (vs %s: o %.2e S %.2e, odd calls %.2e; aligned calls "
-           "bit-identical: %s; auto %s; fused prep %.2e; double-buffered pass %s; prep v2 %.2e, cut %s)\n",
+           "bit-identical: %s; auto %s; separate prep %.2e; single-buffered pass %s; first prep kernel %.2e, cut %s)\n",
            T, H, hd, lb, n_failed == before ? "ok" : "FAIL", with_cpu ? "CPU" : "fused", err, errS, eodd,
            da ? "no" : "yes", T >= NF_KDA_CHUNKED_MIN_T ? (dauto ? "not chunked" : "chunked") : "serial (short)", efp,
            ddb ? "DIFFERENT" : "bit-identical", ev2, dv2 ? "DIFFERENT" : "bit-identical");
