@@ -65,6 +65,7 @@ struct gemm_args {
      * its vector tiles are numbered tile0[e] .. tile0[e+1] - 1 */
     const int32_t *perm, *off, *tile0;
     int nmat;
+    int e0, e1;               /* routed: only experts [e0, e1), their weights at w + (s - e0) * slice_bytes (0, nmat) */
     int ny;                   /* vector tiles to visit along grid y (an upper bound for routed vectors) */
 };
 
@@ -72,8 +73,9 @@ struct gemm_args {
  * False when the tile is empty (then so is every later tile). Uniform across the block. */
 __device__ __forceinline__ bool resolve_tile(const gemm_args &a, int ty, int bn, int &s, int &base, int &cnt) {
     if (a.perm) {
-        if (ty >= a.tile0[a.nmat]) return false;
-        int lo = 0, hi = a.nmat - 1;
+        ty += a.tile0[a.e0];
+        if (ty >= a.tile0[a.e1]) return false;
+        int lo = a.e0, hi = a.e1 - 1;
         while (lo < hi) {
             const int mid = (lo + hi + 1) / 2;
             if (a.tile0[mid] <= ty) lo = mid;
@@ -177,7 +179,7 @@ __global__ void __launch_bounds__(NT, BN == 128 ? 1 : 2) gemm_bf16_kernel(gemm_a
         for (int i = 0; i < WG; i++) {
             int64_t r = r0 + tid / (BK / 8) + i * WROWS;
             if (r >= a.rows) r = a.rows - 1; /* rows past the end: computed, never stored */
-            wrow[i] = a.w + (size_t)s * a.slice_bytes + (size_t)r * a.row_bytes;
+            wrow[i] = a.w + (size_t)(s - a.e0) * a.slice_bytes + (size_t)r * a.row_bytes;
         }
 #pragma unroll
         for (int i = 0; i < XG; i++) xrow[i] = a.x + s_xoff[tid / (BK / 4) + i * XROWS];
@@ -308,7 +310,7 @@ __global__ void __launch_bounds__(NT) gemm_f32_kernel(gemm_args a) {
         for (int i = 0; i < WG; i++) {
             int64_t r = r0 + tid / (SBK / 8) + i * WROWS;
             if (r >= a.rows) r = a.rows - 1;
-            wrow[i] = a.w + (size_t)s * a.slice_bytes + (size_t)r * a.row_bytes;
+            wrow[i] = a.w + (size_t)(s - a.e0) * a.slice_bytes + (size_t)r * a.row_bytes;
         }
 #pragma unroll
         for (int i = 0; i < XG; i++) xrow[i] = a.x + s_xoff[tid / (SBK / 4) + i * XROWS];
@@ -545,6 +547,60 @@ int tables_ready(void) {
     return 0;
 }
 
+/* NF_CUDA_GEMM_PREDEQ_EXPERTS=on: routed experts of >= NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS vectors per expert on
+ * average (a 16384-token chunk: ~455 at glm53's top 8 of 288, ~7 vector tiles, each decoding every weight again)
+ * in batches of experts decoded once into a bf16 copy of PREDEQ_EXPERT_BYTES at most (the same decode and rounding:
+ * the same bits), each batch's tiles multiplied from the copy. Opt-in until measured (session 22). */
+#define PREDEQ_EXPERT_BYTES ((size_t)256 << 20)
+bool predeq_experts_on(void) { /* read per call: test_gemm compares both */
+    const char *e = getenv("NF_CUDA_GEMM_PREDEQ_EXPERTS");
+    return e && !strcmp(e, "on");
+}
+
+/* the routed product of `a` (perm, off, tile0 set; a.w the quantized experts) batch by batch; 0, or -1 / 1 with
+ * nothing launched past the first failure */
+int experts_decoded_once(const gemm_args &a, const nf_gemm_weights *w, int bn, dim3 grid, cudaStream_t st) {
+    const size_t per_bytes = (size_t)w->rows * w->n * 2;
+    int eb = (int)(PREDEQ_EXPERT_BYTES / per_bytes);
+    const char *force = getenv("NF_CUDA_GEMM_PREDEQ_EXPERT_BATCH"); /* experts per batch (test_gemm: several batches) */
+    if (force && atoi(force) > 0) eb = atoi(force);
+    if (eb < 1) eb = 1;
+    if (eb > a.nmat) eb = a.nmat;
+    void *copy = nullptr;
+    if (cudaMallocAsync(&copy, per_bytes * eb, st) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    cudaError_t e = cudaSuccess;
+    /* blocks along y per batch: twice the batch's share of the tiles (hot experts: the blocks loop over ty) */
+    const int64_t share = 2 * ((int64_t)a.ny * eb / a.nmat) + eb;
+    const dim3 gb(grid.x, (unsigned)(share < grid.y ? share : grid.y), 1);
+    for (int e0 = 0; e0 < a.nmat && e == cudaSuccess; e0 += eb) {
+        const int e1 = e0 + eb < a.nmat ? e0 + eb : a.nmat;
+        const uint8_t *src = (const uint8_t *)w->w + (size_t)e0 * w->slice_bytes;
+        const int64_t rows = (int64_t)(e1 - e0) * w->rows;
+        switch (w->type) {
+        case NF_TYPE_Q8_0: launch_dequant<NF_TYPE_Q8_0>(src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, (uint4 *)copy, st); break;
+        case NF_TYPE_Q4_K: launch_dequant<NF_TYPE_Q4_K>(src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, (uint4 *)copy, st); break;
+        case NF_TYPE_Q6_K: launch_dequant<NF_TYPE_Q6_K>(src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, (uint4 *)copy, st); break;
+        case NF_TYPE_Q2_K: launch_dequant<NF_TYPE_Q2_K>(src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, (uint4 *)copy, st); break;
+        case NF_TYPE_IQ2_XXS: launch_dequant<NF_TYPE_IQ2_XXS>(src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, (uint4 *)copy, st); break;
+        default: cudaFreeAsync(copy, st); return 1;
+        }
+        gemm_args b = a;
+        b.w = (const uint8_t *)copy;
+        b.row_bytes = (size_t)w->n * 2;
+        b.slice_bytes = per_bytes;
+        b.wvec = true;
+        b.e0 = e0, b.e1 = e1;
+        e = launch<NF_TYPE_BF16>(b, gb, NF_GEMM_BF16, bn, st);
+    }
+    cudaFreeAsync(copy, st);
+    if (e != cudaSuccess) return nf_fail("cuda gemm: launch: %s", cudaGetErrorString(e));
+    predeq_count++;
+    return 0;
+}
+
 } // namespace
 
 extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ldx, int xdiv, int smod,
@@ -605,6 +661,7 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
         a.off = off;
         a.tile0 = tile0;
         a.nmat = nmat;
+        a.e0 = 0, a.e1 = nmat;
         a.ny = (int)((nvec + bn - 1) / bn + groups);
         grid = dim3(gx, (unsigned)(a.ny < 65535 ? a.ny : 65535), 1);
     } else {
@@ -614,6 +671,15 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
     }
     uint32_t type = w->type;
     void *copy = nullptr;
+    if (ids && mode == NF_GEMM_BF16 && per >= NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS && w->n % 8 == 0 && type != NF_TYPE_F32 &&
+        type != NF_TYPE_F16 && type != NF_TYPE_BF16 && predeq_experts_on()) {
+        const int r = experts_decoded_once(a, w, bn, grid, st);
+        if (r <= 0) { /* done, or failed past its first launch */
+            cudaFreeAsync(scratch, st);
+            return r;
+        }
+        /* 1: no room for a batch's copy: the product decodes as it goes */
+    }
     if (!ids && mode == NF_GEMM_BF16 && per >= NF_GEMM_PREDEQ_MIN_VECTORS && w->n % 8 == 0 && type != NF_TYPE_F32 &&
         type != NF_TYPE_F16 && type != NF_TYPE_BF16 && predeq_on()) {
         const int64_t total_rows = w->rows * smod;

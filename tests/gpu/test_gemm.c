@@ -273,6 +273,65 @@ static void check_predeq(void) {
     free(x), free(y0), free(y1);
 }
 
+/* NF_CUDA_GEMM_PREDEQ_EXPERTS=on: routed experts of >= NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS vectors on average decoded
+ * once per batch of experts (here one batch, and batches of 2 of the 5 experts: the tiles of each batch only, the
+ * weights indexed from the batch's first expert): every output byte as decoded per tile, the copy taken */
+static void check_predeq_experts(void) {
+    static const uint32_t types[] = {NF_TYPE_Q8_0, NF_TYPE_Q2_K, NF_TYPE_IQ2_XXS};
+    const int64_t n = 256, rows = 72;
+    const int E = 5, T = (NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS * E) / 2 + 37, k = 2, nvec = T * k;
+    int32_t *ids = make_ids(T, k, E, 3, 0);
+    float *x = nf_xmalloc(sizeof(float) * n * T);
+    for (int64_t i = 0; i < n * T; i++) x[i] = gauss();
+    float *y0 = nf_xmalloc(sizeof(float) * rows * nvec), *y1 = nf_xmalloc(sizeof(float) * rows * nvec);
+    float *dx, *dy;
+    int32_t *dids;
+    CK(cudaMalloc((void **)&dx, sizeof(float) * n * T));
+    CK(cudaMalloc((void **)&dy, sizeof(float) * rows * nvec));
+    CK(cudaMalloc((void **)&dids, sizeof(int32_t) * nvec));
+    CK(cudaMemcpy(dx, x, sizeof(float) * n * T, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dids, ids, sizeof(int32_t) * nvec, cudaMemcpyHostToDevice));
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int batch = 0; batch <= 2; batch += 2) {
+            const uint32_t type = types[ti];
+            const size_t rb = nf_row_bytes(type, n);
+            float *deq;
+            uint8_t *W = make_rows(type, rows * E, n, &deq);
+            void *dw;
+            CK(cudaMalloc(&dw, rb * rows * E));
+            CK(cudaMemcpy(dw, W, rb * rows * E, cudaMemcpyHostToDevice));
+            nf_gemm_weights w = {dw, type, n, rows, E, rb, rb * rows};
+            int rc0 = nf_cuda_gemm(&w, dx, n, k, 1, dids, dy, rows, nvec, NF_GEMM_AUTO, NULL);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(y0, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
+            CK(cudaMemset(dy, 0xff, sizeof(float) * rows * nvec));
+            const int before = nf_cuda_gemm_predeq_count();
+            setenv("NF_CUDA_GEMM_PREDEQ_EXPERTS", "on", 1);
+            char b[16];
+            snprintf(b, sizeof b, "%d", batch);
+            if (batch) setenv("NF_CUDA_GEMM_PREDEQ_EXPERT_BATCH", b, 1);
+            int rc1 = nf_cuda_gemm(&w, dx, n, k, 1, dids, dy, rows, nvec, NF_GEMM_AUTO, NULL);
+            unsetenv("NF_CUDA_GEMM_PREDEQ_EXPERTS");
+            unsetenv("NF_CUDA_GEMM_PREDEQ_EXPERT_BATCH");
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(y1, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
+            const int taken = nf_cuda_gemm_predeq_count() - before;
+            const int same = !memcmp(y0, y1, sizeof(float) * rows * nvec);
+            const int ok = rc0 == 0 && rc1 == 0 && taken == 1 && same;
+            printf("gemm %-8s %d experts decoded once (NF_CUDA_GEMM_PREDEQ_EXPERTS), %s, %d vectors: copy %s, outputs %s  %s\n",
+                   nf_type_get(type)->name, E, batch ? "batches of 2" : "one batch", nvec, taken == 1 ? "taken" : "NOT TAKEN",
+                   same ? "bit-identical" : "DIFFERENT", ok ? "ok" : "FAIL");
+            n_failed += !ok;
+            cudaFree(dw);
+            free(W);
+            free(deq);
+        }
+    cudaFree(dx);
+    cudaFree(dy);
+    cudaFree(dids);
+    free(x), free(y0), free(y1), free(ids);
+}
+
 /* ---- bench ---- */
 
 /* E*rows rows of `type`: 256 distinct quantized rows repeated (quantizing 2.4 G weights on the CPU would take
@@ -368,6 +427,11 @@ static void bench(void) {
      * and Q8_0 (what the per-tile dequantization costs), and the ceiling's own shape for the ratio */
     bench_one("288 x 2048x4096 experts, T 16384 k 8", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 16384, 8, NF_GEMM_AUTO);
     bench_one("288 x 4096x2048 experts, T 16384 k 8", NF_TYPE_Q2_K, 4096, 2048, 288, 16384, 8, NF_GEMM_AUTO);
+    setenv("NF_CUDA_GEMM_PREDEQ_EXPERTS", "on", 1);
+    bench_one("288 x 2048x4096 experts, T 16384 k 8, decoded once", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 16384, 8, NF_GEMM_AUTO);
+    bench_one("288 x 4096x2048 experts, T 16384 k 8, decoded once", NF_TYPE_Q2_K, 4096, 2048, 288, 16384, 8, NF_GEMM_AUTO);
+    bench_one("288 x 2048x4096 experts, T 4096 k 8, decoded once", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 4096, 8, NF_GEMM_AUTO);
+    unsetenv("NF_CUDA_GEMM_PREDEQ_EXPERTS");
     bench_one("4096x4096, T 16384", NF_TYPE_BF16, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
     setenv("NF_CUDA_GEMM_PREDEQ", "off", 1);
     bench_one("4096x4096, T 16384, decoded per tile", NF_TYPE_Q8_0, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
@@ -386,6 +450,7 @@ int nf_gpu_test_gemm(int bench_mode) {
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_type(types[i]);
     check_modes_and_refusals();
     check_predeq();
+    check_predeq_experts();
     printf("gemm: %s (%d failed checks)\n", n_failed ? "FAIL" : "all passed", n_failed);
     if (bench_mode) bench();
     return n_failed;
