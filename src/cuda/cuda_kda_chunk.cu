@@ -14,9 +14,10 @@
  *   o = O0 + Q' S0,                 O0 = P U0,  Q' = Γ Q - P M1
  *   S_C = Γ_C S0 + Kd^T d,          Kd_s = 2^(G_C - G_s) k_s
  * Kernel 1 (kda_chunk_prep_kernel, one block per chunk and head, all chunks in parallel) takes the inputs as
- * kda_prep_kernel leaves them (or, with NF_CUDA_KDA_FUSED_PREP=on, prepares them itself: the L2 norms of q and k,
+ * kda_prep_kernel leaves them (or, by default, NF_CUDA_KDA_FUSED_PREP, prepares them itself: the L2 norms of q and k,
  * the log2 decays, sigmoid(β)), computes a and P (the exponent differences are taken per channel, so nothing
- * overflows however fast the decay), solves for M1 and U0 (one thread per column, forward substitution over 4-row
+ * overflows however fast the decay; by default, NF_CUDA_KDA_PREP_V2, pairs of different 16-token blocks through a
+ * per-block reference, so that most exponents are computed once per block instead of once per pair), solves for M1 and U0 (one thread per column, forward substitution over 4-row
  * blocks in shared memory), and writes M1, Q', U0, Kd, O0 and Γ_C in place of the chunk's k, q, v, g, o rows (and
  * the work buffer). Kernel 2 (kda_chunk_scan_kernel, one block per head and 64
  * value columns) walks the chunks in order with S0 in shared memory: per chunk two products with S0 (d and o) and
