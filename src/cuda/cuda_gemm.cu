@@ -489,6 +489,22 @@ template <int TY> void launch_dequant(const uint8_t *w, size_t row_bytes, size_t
               slice_bytes, rows, n, total_rows, out);
 }
 
+/* launch_dequant for a quantized format: false (nothing launched) for a float or unhandled one */
+bool dequant_any(uint32_t type, const uint8_t *w, size_t row_bytes, size_t slice_bytes, int64_t rows, int64_t n,
+                 int64_t total_rows, void *out, cudaStream_t st) {
+    uint4 *o = (uint4 *)out;
+    switch (type) {
+    case NF_TYPE_Q8_0: launch_dequant<NF_TYPE_Q8_0>(w, row_bytes, slice_bytes, rows, n, total_rows, o, st); return true;
+    case NF_TYPE_Q4_K: launch_dequant<NF_TYPE_Q4_K>(w, row_bytes, slice_bytes, rows, n, total_rows, o, st); return true;
+    case NF_TYPE_Q6_K: launch_dequant<NF_TYPE_Q6_K>(w, row_bytes, slice_bytes, rows, n, total_rows, o, st); return true;
+    case NF_TYPE_Q2_K: launch_dequant<NF_TYPE_Q2_K>(w, row_bytes, slice_bytes, rows, n, total_rows, o, st); return true;
+    case NF_TYPE_IQ2_XXS:
+        launch_dequant<NF_TYPE_IQ2_XXS>(w, row_bytes, slice_bytes, rows, n, total_rows, o, st);
+        return true;
+    default: return false;
+    }
+}
+
 /* ---- host side ---- */
 bool type_handled(uint32_t t) {
     switch (t) {
@@ -579,13 +595,9 @@ int experts_decoded_once(const gemm_args &a, const nf_gemm_weights *w, int bn, d
         const int e1 = e0 + eb < a.nmat ? e0 + eb : a.nmat;
         const uint8_t *src = (const uint8_t *)w->w + (size_t)e0 * w->slice_bytes;
         const int64_t rows = (int64_t)(e1 - e0) * w->rows;
-        switch (w->type) {
-        case NF_TYPE_Q8_0: launch_dequant<NF_TYPE_Q8_0>(src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, (uint4 *)copy, st); break;
-        case NF_TYPE_Q4_K: launch_dequant<NF_TYPE_Q4_K>(src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, (uint4 *)copy, st); break;
-        case NF_TYPE_Q6_K: launch_dequant<NF_TYPE_Q6_K>(src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, (uint4 *)copy, st); break;
-        case NF_TYPE_Q2_K: launch_dequant<NF_TYPE_Q2_K>(src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, (uint4 *)copy, st); break;
-        case NF_TYPE_IQ2_XXS: launch_dequant<NF_TYPE_IQ2_XXS>(src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, (uint4 *)copy, st); break;
-        default: cudaFreeAsync(copy, st); return 1;
+        if (!dequant_any(w->type, src, w->row_bytes, w->slice_bytes, w->rows, w->n, rows, copy, st)) {
+            cudaFreeAsync(copy, st);
+            return 1;
         }
         gemm_args b = a;
         b.w = (const uint8_t *)copy;
@@ -684,13 +696,7 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
         type != NF_TYPE_F16 && type != NF_TYPE_BF16 && predeq_on()) {
         const int64_t total_rows = w->rows * smod;
         if (cudaMallocAsync(&copy, (size_t)total_rows * w->n * 2, st) == cudaSuccess) {
-            switch (type) {
-            case NF_TYPE_Q8_0: launch_dequant<NF_TYPE_Q8_0>(a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, (uint4 *)copy, st); break;
-            case NF_TYPE_Q4_K: launch_dequant<NF_TYPE_Q4_K>(a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, (uint4 *)copy, st); break;
-            case NF_TYPE_Q6_K: launch_dequant<NF_TYPE_Q6_K>(a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, (uint4 *)copy, st); break;
-            case NF_TYPE_Q2_K: launch_dequant<NF_TYPE_Q2_K>(a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, (uint4 *)copy, st); break;
-            case NF_TYPE_IQ2_XXS: launch_dequant<NF_TYPE_IQ2_XXS>(a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, (uint4 *)copy, st); break;
-            }
+            dequant_any(type, a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, copy, st); /* quantized here */
             a.w = (const uint8_t *)copy;
             a.row_bytes = (size_t)w->n * 2;
             a.slice_bytes = (size_t)w->rows * w->n * 2;
