@@ -223,6 +223,28 @@ static void check_modes_and_refusals(void) {
     cudaFree(dy);
 }
 
+/* nrows random rows of `type` (make_rows) on the device; the host copies freed */
+static void *device_rows(uint32_t type, int64_t nrows, int64_t n) {
+    const size_t rb = nf_row_bytes(type, n);
+    float *deq;
+    uint8_t *W = make_rows(type, nrows, n, &deq);
+    void *dw;
+    CK(cudaMalloc(&dw, rb * nrows));
+    CK(cudaMemcpy(dw, W, rb * nrows, cudaMemcpyHostToDevice));
+    free(W);
+    free(deq);
+    return dw;
+}
+
+/* one product (nf_cuda_gemm, default mode) into host y[rows x nvec]; its return code */
+static int product_to_host(const nf_gemm_weights *w, const float *dx, int64_t ldx, int xdiv, int smod,
+                           const int32_t *dids, float *dy, int64_t rows, int nvec, float *y) {
+    const int rc = nf_cuda_gemm(w, dx, ldx, xdiv, smod, dids, dy, rows, nvec, NF_GEMM_AUTO, NULL);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(y, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
+    return rc;
+}
+
 /* NF_CUDA_GEMM_PREDEQ (default; =off decodes per tile): a quantized matrix used by >= NF_GEMM_PREDEQ_MIN_VECTORS vectors (dense, and per head)
  * is decoded once to bf16 and multiplied as BF16 weights: every output byte as without the copy (the same decode
  * and rounding), and the copy must have been taken (the count); routed experts never take it */
@@ -241,22 +263,14 @@ static void check_predeq(void) {
         for (int smod = 1; smod <= 2; smod++) {
             const uint32_t type = types[ti];
             const size_t rb = nf_row_bytes(type, n);
-            float *deq;
-            uint8_t *W = make_rows(type, rows * smod, n, &deq);
-            void *dw;
-            CK(cudaMalloc(&dw, rb * rows * smod));
-            CK(cudaMemcpy(dw, W, rb * rows * smod, cudaMemcpyHostToDevice));
+            void *dw = device_rows(type, rows * smod, n);
             nf_gemm_weights w = {dw, type, n, rows, smod, rb, rb * rows};
             const int before = nf_cuda_gemm_predeq_count();
             setenv("NF_CUDA_GEMM_PREDEQ", "off", 1);
-            int rc0 = nf_cuda_gemm(&w, dx, n, 1, smod, NULL, dy, rows, nvec, NF_GEMM_AUTO, NULL);
+            const int rc0 = product_to_host(&w, dx, n, 1, smod, NULL, dy, rows, nvec, y0);
             unsetenv("NF_CUDA_GEMM_PREDEQ");
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(y0, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
             const int mid = nf_cuda_gemm_predeq_count();
-            int rc1 = nf_cuda_gemm(&w, dx, n, 1, smod, NULL, dy, rows, nvec, NF_GEMM_AUTO, NULL);
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(y1, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
+            const int rc1 = product_to_host(&w, dx, n, 1, smod, NULL, dy, rows, nvec, y1);
             const int taken = nf_cuda_gemm_predeq_count() - mid;
             const int same = !memcmp(y0, y1, sizeof(float) * rows * nvec);
             const int ok = rc0 == 0 && rc1 == 0 && mid == before && taken == 1 && same;
@@ -265,8 +279,6 @@ static void check_predeq(void) {
                    same ? "bit-identical" : "DIFFERENT", ok ? "ok" : "FAIL");
             n_failed += !ok;
             cudaFree(dw);
-            free(W);
-            free(deq);
         }
     cudaFree(dx);
     cudaFree(dy);
@@ -295,26 +307,18 @@ static void check_predeq_experts(void) {
         for (int batch = 0; batch <= 2; batch += 2) {
             const uint32_t type = types[ti];
             const size_t rb = nf_row_bytes(type, n);
-            float *deq;
-            uint8_t *W = make_rows(type, rows * E, n, &deq);
-            void *dw;
-            CK(cudaMalloc(&dw, rb * rows * E));
-            CK(cudaMemcpy(dw, W, rb * rows * E, cudaMemcpyHostToDevice));
+            void *dw = device_rows(type, rows * E, n);
             nf_gemm_weights w = {dw, type, n, rows, E, rb, rb * rows};
-            int rc0 = nf_cuda_gemm(&w, dx, n, k, 1, dids, dy, rows, nvec, NF_GEMM_AUTO, NULL);
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(y0, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
+            const int rc0 = product_to_host(&w, dx, n, k, 1, dids, dy, rows, nvec, y0);
             CK(cudaMemset(dy, 0xff, sizeof(float) * rows * nvec));
             const int before = nf_cuda_gemm_predeq_count();
             setenv("NF_CUDA_GEMM_PREDEQ_EXPERTS", "on", 1);
             char b[16];
             snprintf(b, sizeof b, "%d", batch);
             if (batch) setenv("NF_CUDA_GEMM_PREDEQ_EXPERT_BATCH", b, 1);
-            int rc1 = nf_cuda_gemm(&w, dx, n, k, 1, dids, dy, rows, nvec, NF_GEMM_AUTO, NULL);
+            const int rc1 = product_to_host(&w, dx, n, k, 1, dids, dy, rows, nvec, y1);
             unsetenv("NF_CUDA_GEMM_PREDEQ_EXPERTS");
             unsetenv("NF_CUDA_GEMM_PREDEQ_EXPERT_BATCH");
-            CK(cudaDeviceSynchronize());
-            CK(cudaMemcpy(y1, dy, sizeof(float) * rows * nvec, cudaMemcpyDeviceToHost));
             const int taken = nf_cuda_gemm_predeq_count() - before;
             const int same = !memcmp(y0, y1, sizeof(float) * rows * nvec);
             const int ok = rc0 == 0 && rc1 == 0 && taken == 1 && same;
@@ -323,8 +327,6 @@ static void check_predeq_experts(void) {
                    same ? "bit-identical" : "DIFFERENT", ok ? "ok" : "FAIL");
             n_failed += !ok;
             cudaFree(dw);
-            free(W);
-            free(deq);
         }
     cudaFree(dx);
     cudaFree(dy);
