@@ -555,10 +555,10 @@ int nf_cuda_mla_attend(nf_backend *be, int il, nf_state *st, const float *q, con
     /* NF_CUDA_MLA_FLASH16 (default): the cache's rows 0 .. pos + T (every position this forward's tokens may select) in
      * bf16 once, for the one-kernel core to copy (~0.1 ms at 65536 positions and glm53's rank) */
     uint16_t *lat16 = nullptr;
-    if (flash && flash16_enabled()) {
+    if (flash && flash16_enabled()) { /* no room for the copy (it grows with the context): the f32 rows, same bits */
         const int64_t rows = st->pos + T;
-        if (!(lat16 = sc.get<uint16_t>((size_t)rows * kl + 8))) return nf_fail("cuda mla: out of device memory");
-        if (nf_mla_latent_bf16(c->stream, st->L[il].latent, rows, kl, lat16) < 0) return -1;
+        if (!(lat16 = sc.get<uint16_t>((size_t)rows * kl + 8))) (void)cudaGetLastError(); /* the failed allocation */
+        else if (nf_mla_latent_bf16(c->stream, st->L[il].latent, rows, kl, lat16) < 0) return -1;
     }
     for (int t0 = 0; t0 < T; t0 += chunk) {
         const int tc = imin(chunk, T - t0);
