@@ -470,17 +470,14 @@ __global__ void __launch_bounds__(NT) dequant_bf16_kernel(const uint8_t *w, size
     }
 }
 
-/* NF_CUDA_GEMM_PREDEQ (default on; =off decodes per tile): a quantized matrix that NF_GEMM_PREDEQ_MIN_VECTORS or more vectors per matrix use (a
- * 16384-token prefill chunk's dense projections: 256 vector tiles, so the tiled kernel decodes every weight 256
+/* NF_CUDA_GEMM_PREDEQ (default on; =off decodes per tile): a quantized matrix that NF_GEMM_PREDEQ_MIN_VECTORS or
+ * more vectors per matrix use (a 16384-token prefill chunk's dense projections: 256 vector tiles, so the tiled kernel decodes every weight 256
  * times) is decoded once into a bf16 copy in the stream's pool, and the product runs on the copy as BF16 weights:
  * the same bits (above). Costs one pass of reads and a 2-byte write per weight (~1% of such a product) and the
  * copy's memory while it runs. Routed experts never (a copy of all of them would be gigabytes). The 4096x4096 Q8_0
  * product at T = 16384 on the H100: 2.76 ms against 3.95 (199 vs 139 TFLOPS; bf16 weights: 2.75 ms; session 22). */
 int predeq_count; /* products that ran on a decoded copy (nf_cuda_gemm_predeq_count: test_gemm) */
-bool predeq_on(void) { /* read per call: test_gemm compares both */
-    const char *e = getenv("NF_CUDA_GEMM_PREDEQ");
-    return !(e && !strcmp(e, "off"));
-}
+bool predeq_on(void) { return nf_cuda_env_now("NF_CUDA_GEMM_PREDEQ", "off"); } /* test_gemm: both */
 template <int TY> void launch_dequant(const uint8_t *w, size_t row_bytes, size_t slice_bytes, int64_t rows, int64_t n,
                                       int64_t total_rows, uint4 *out, cudaStream_t st) {
     const int64_t groups = total_rows * (n / 8);
@@ -568,10 +565,7 @@ int tables_ready(void) {
  * in batches of experts decoded once into a bf16 copy of PREDEQ_EXPERT_BYTES at most (the same decode and rounding:
  * the same bits), each batch's tiles multiplied from the copy. Opt-in until measured (session 22). */
 #define PREDEQ_EXPERT_BYTES ((size_t)256 << 20)
-bool predeq_experts_on(void) { /* read per call: test_gemm compares both */
-    const char *e = getenv("NF_CUDA_GEMM_PREDEQ_EXPERTS");
-    return e && !strcmp(e, "on");
-}
+bool predeq_experts_on(void) { return !nf_cuda_env_now("NF_CUDA_GEMM_PREDEQ_EXPERTS", "on"); } /* test_gemm: both */
 
 /* the routed product of `a` (perm, off, tile0 set; a.w the quantized experts) batch by batch; 0, or -1 / 1 with
  * nothing launched past the first failure */
@@ -683,8 +677,10 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
     }
     uint32_t type = w->type;
     void *copy = nullptr;
-    if (ids && mode == NF_GEMM_BF16 && per >= NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS && w->n % 8 == 0 && type != NF_TYPE_F32 &&
-        type != NF_TYPE_F16 && type != NF_TYPE_BF16 && predeq_experts_on()) {
+    /* a quantized matrix in the bf16 mode: may be decoded once (below) */
+    const bool decodable = mode == NF_GEMM_BF16 && w->n % 8 == 0 && type != NF_TYPE_F32 && type != NF_TYPE_F16 &&
+                           type != NF_TYPE_BF16;
+    if (ids && decodable && per >= NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS && predeq_experts_on()) {
         const int r = experts_decoded_once(a, w, bn, grid, st);
         if (r <= 0) { /* done, or failed past its first launch */
             cudaFreeAsync(scratch, st);
@@ -692,11 +688,10 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
         }
         /* 1: no room for a batch's copy: the product decodes as it goes */
     }
-    if (!ids && mode == NF_GEMM_BF16 && per >= NF_GEMM_PREDEQ_MIN_VECTORS && w->n % 8 == 0 && type != NF_TYPE_F32 &&
-        type != NF_TYPE_F16 && type != NF_TYPE_BF16 && predeq_on()) {
+    if (!ids && decodable && per >= NF_GEMM_PREDEQ_MIN_VECTORS && predeq_on()) {
         const int64_t total_rows = w->rows * smod;
         if (cudaMallocAsync(&copy, (size_t)total_rows * w->n * 2, st) == cudaSuccess) {
-            dequant_any(type, a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, copy, st); /* quantized here */
+            dequant_any(type, a.w, a.row_bytes, a.slice_bytes, w->rows, w->n, total_rows, copy, st); /* quantized */
             a.w = (const uint8_t *)copy;
             a.row_bytes = (size_t)w->n * 2;
             a.slice_bytes = (size_t)w->rows * w->n * 2;
@@ -704,7 +699,7 @@ extern "C" int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ld
             type = NF_TYPE_BF16;
             predeq_count++;
         } else {
-            copy = nullptr;
+            copy = nullptr;           /* (whatever the failed call left there) */
             (void)cudaGetLastError(); /* no room for the copy: the product decodes as it goes */
         }
     }

@@ -43,8 +43,8 @@ typedef enum {
  * queued, the caller uses another kernel); -1: error (nf_error). */
 int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ldx, int xdiv, int smod, const int32_t *ids,
                  float *y, int64_t ldy, int nvec, nf_gemm_mode mode, void *stream);
-/* NF_CUDA_GEMM_PREDEQ (default on, =off): quantized matrices of >= NF_GEMM_PREDEQ_MIN_VECTORS vectors per matrix (not routed) are
- * decoded once into a bf16 copy and multiplied as BF16 (the same bits); the count of such products so far */
+/* NF_CUDA_GEMM_PREDEQ (default on, =off): quantized matrices of >= NF_GEMM_PREDEQ_MIN_VECTORS vectors per matrix
+ * (not routed) are decoded once into a bf16 copy and multiplied as BF16 (the same bits); the count of such products so far */
 #define NF_GEMM_PREDEQ_MIN_VECTORS 4096
 /* NF_CUDA_GEMM_PREDEQ_EXPERTS=on (opt-in): routed experts of >= this many vectors per expert on average decoded once
  * per batch of experts (the same bits); counted with the others */

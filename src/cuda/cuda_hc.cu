@@ -366,19 +366,18 @@ __global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *
 #define HPP_K 64
 #define HPP_THREADS 256
 #define HPP_LD (HPP_K + 4) /* row stride of the shared tiles in floats: the 4 tokens of a warp in distinct banks */
-/* IL (NF_CUDA_HC_PREFILL_FOLD, default on; hc = 4, n a multiple of 16): chunk c holds elements 16c .. 16c + 15 of all four
- * streams (columns 16 j + u = flat j n + 16 c + u), so that with the previous sub-layer's output y (non-null) the
+/* IL (NF_CUDA_HC_PREFILL_FOLD, default on; hc = 4, n a multiple of 16): chunk c holds elements 16c .. 16c + 15 of
+ * all four streams (columns 16 j + u = flat j n + 16 c + u), so that with the previous sub-layer's output y (non-null) the
  * CTA can first apply hc_post to exactly the columns it stages (every updated element needs the four streams at
  * that element, and no other CTA touches its tokens), write them back to X and project the updated values: the
  * separate hc_post pass over X (read and write) and its launch disappear. The same order with or without y, so a
  * folded call and hc_post then the projection give the same bits. Threads 0..127 stage X (token tid / 4, elements
  * 4 (tid % 4) .. + 3 of the chunk, all four streams), 128..255 the W rows. */
 template <bool IL>
-__global__ void __launch_bounds__(HPP_THREADS) hc_proj_prefill_kernel(const float *W, int64_t flat, int nm, const float *X_,
+__global__ void __launch_bounds__(HPP_THREADS) hc_proj_prefill_kernel(const float *W, int64_t flat, int nm, float *X,
                                                                       int64_t ldx, int T, float eps, float *mm,
                                                                       const float *y, const float *mix, int n) {
-    NF_PDL_ENTER();
-    float *X = (float *)X_; /* written only with IL and y: the streams' update */
+    NF_PDL_ENTER(); /* X is written only with IL and y: the streams' update */
     __shared__ __align__(16) float xs[HPP_TOK * HPP_LD];
     __shared__ __align__(16) float ws[HPP_OUT * HPP_LD];
     const int tid = (int)threadIdx.x, tok = tid >> 3, g = tid & 7;
@@ -503,23 +502,24 @@ static bool hc_prefill_fold_on(void) {
     return nf_cuda_env_switch(&cache, "NF_CUDA_HC_PREFILL_FOLD", "off");
 }
 
-/* prefill's projection into mm[T][nm] by hc_proj_prefill_kernel: 1 when it ran (2: with post_y's hc_post folded
- * in, X updated), 0 when off or the shape does not suit it (nothing launched) */
-static int hc_proj_prefill(nf_backend *be, nf_cuda *c, const nf_cuda_mat &w, float *X, int T, int64_t flat, int nm, float eps,
-                           float *mm, int hc, int n, const float *post_y, const float *mix) {
+/* prefill's projection into mm[T][nm] by hc_proj_prefill_kernel, post_y's hc_post applied to X first (folded into
+ * the projection, or launched before it): 1 when it ran, 0 when off or the shape does not suit it (nothing launched,
+ * hc_post not applied), -1 on error */
+static int hc_proj_prefill(nf_backend *be, nf_cuda *c, const nf_cuda_mat &w, float *X, int T, int64_t flat, int nm,
+                           float eps, float *mm, int hc, int n, const float *post_y, const float *mix) {
     if (!hc_proj_prefill_on() || T <= NF_CUDA_GEMV_MAX_VECTORS || w.type != NF_TYPE_F32 || !w.w || nm > HPP_OUT ||
         flat % HPP_K || w.n != flat || w.rows != nm || ((uintptr_t)w.w & 15) || ((uintptr_t)X & 15))
         return 0;
     const unsigned blocks = (unsigned)((T + HPP_TOK - 1) / HPP_TOK);
     if (hc == 4 && n % 16 == 0 && hc_prefill_fold_on() && ((uintptr_t)post_y & 15) == 0) {
-        nf_launch(hc_proj_prefill_kernel<true>, blocks, HPP_THREADS, 0, c->stream, (const float *)w.w, flat, nm,
-                  (const float *)X, flat, T, eps, mm, post_y, mix, n);
+        nf_launch(hc_proj_prefill_kernel<true>, blocks, HPP_THREADS, 0, c->stream, (const float *)w.w, flat, nm, X,
+                  flat, T, eps, mm, post_y, mix, n);
         NF_LAUNCHED();
-        return post_y ? 2 : 1;
+        return 1;
     }
     if (post_y && nf_cuda_hc_post(be, X, post_y, mix, T) < 0) return -1;
-    nf_launch(hc_proj_prefill_kernel<false>, blocks, HPP_THREADS, 0, c->stream, (const float *)w.w, flat, nm,
-              (const float *)X, flat, T, eps, mm, (const float *)nullptr, (const float *)nullptr, n);
+    nf_launch(hc_proj_prefill_kernel<false>, blocks, HPP_THREADS, 0, c->stream, (const float *)w.w, flat, nm, X, flat,
+              T, eps, mm, (const float *)nullptr, (const float *)nullptr, n);
     NF_LAUNCHED();
     return 1;
 }

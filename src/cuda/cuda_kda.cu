@@ -183,10 +183,7 @@ static bool prepared_allowed(void) {
 
 /* NF_CUDA_KDA_CHUNK=off: prefill keeps the bit-exact serial paths in the default mode too. Read at each call (not
  * cached) so that the GPU tests can turn it off around their bit-exactness checks of arbitrary chunkings. */
-static bool chunked_allowed(void) {
-    const char *e = getenv("NF_CUDA_KDA_CHUNK");
-    return !(e && !strcmp(e, "off"));
-}
+static bool chunked_allowed(void) { return nf_cuda_env_now("NF_CUDA_KDA_CHUNK", "off"); }
 
 extern "C" int nf_cuda_kda_recurrence(cudaStream_t s, int path, float *S, float *qkv, float *g, const float *dt,
                                       const float *ssm_a, float lb, float *beta, float qscale, float *o, int T, int H,
@@ -223,10 +220,7 @@ static bool conv_step_on(void) {
 
 /* NF_CUDA_KDA_CONV_ROWS (default on; =off for the grid-stride kernel): prefill's conv on the row kernel (the same
  * bits either way): 1.07 ms per 16384-token layer call on the H100 against 2.87 (session 22). */
-static bool conv_rows_on(void) { /* read at each call: test_backend compares both */
-    const char *e = getenv("NF_CUDA_KDA_CONV_ROWS");
-    return !(e && !strcmp(e, "off"));
-}
+static bool conv_rows_on(void) { return nf_cuda_env_now("NF_CUDA_KDA_CONV_ROWS", "off"); } /* test_backend: both */
 
 int nf_cuda_kda_block(nf_backend *be, int il, nf_state *st, const float *x, int T, float *y) {
     nf_cuda *c = nf_cuda_of(be);

@@ -181,15 +181,19 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
         float *TK = sh, *TQ = TK + W * LD, *TG = TQ + W * LD, *TKt = TG + W * LD, *TQt = TKt + W * LD,
               *RA = TQt + W * LD, *RB = RA + W * LD;
         constexpr int PER = KC * W / KC_THREADS;
+        /* this thread's element j of a tile, x = tid + 256 j: channel i = (x % 32) / 2, token t = 16 blk + tb with
+         * blk = 2 (x / 512) + x % 2 and tb = (x / 32) % 16 (a warp's stores: at most two-way bank conflicts at LD 68) */
+        auto elem = [&](int j, int &i, int &blk, int &tb, int &t) {
+            const int x = tid + j * KC_THREADS;
+            i = (x & 31) >> 1, blk = 2 * (x >> 9) + (x & 1), tb = (x >> 5) & 15, t = 16 * blk + tb;
+        };
         for (int i0 = 0; i0 < hd; i0 += W) {
             const int w = hd - i0 < W ? hd - i0 : W;
-            /* element x = tid + 256 j: channel (x % 32) / 2, token 16 blk + (x / 32) % 16 with blk = 2 (x / 512) +
-             * x % 2 (a warp's 32 stores land in 32 banks... up to two ways with LD = 68) */
             float lk[PER], lq[PER], lg[PER];
 #pragma unroll
             for (int j = 0; j < PER; j++) {
-                const int x = tid + j * KC_THREADS, i = (x & 31) >> 1, blk = 2 * (x >> 9) + (x & 1);
-                const int t = 16 * blk + ((x >> 5) & 15);
+                int i, blk, tb, t;
+                elem(j, i, blk, tb, t);
                 const bool ok = t < n && i < w;
                 lk[j] = ok ? k0[(size_t)t * rs + i0 + i] : 0.0f;
                 lq[j] = ok ? q0[(size_t)t * rs + i0 + i] : 0.0f;
@@ -197,8 +201,9 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
             }
 #pragma unroll
             for (int j = 0; j < PER; j++) {
-                const int x = tid + j * KC_THREADS, i = (x & 31) >> 1, blk = 2 * (x >> 9) + (x & 1);
-                const int tb = (x >> 5) & 15, t = 16 * blk + tb, pos = i * LD + 4 * tb + blk;
+                int i, blk, tb, t;
+                elem(j, i, blk, tb, t);
+                const int pos = i * LD + 4 * tb + blk;
                 lk[j] = __fmul_rn(lk[j], kn[t]), lq[j] = __fmul_rn(lq[j], qn[t]);
                 TK[pos] = lk[j], TQ[pos] = lq[j], TG[pos] = lg[j];
             }
@@ -207,8 +212,9 @@ __global__ void __launch_bounds__(KC_THREADS, 2) kda_chunk_prep_kernel(float *qk
              * into Xs) and the factors of the block pairs */
 #pragma unroll
             for (int j = 0; j < PER; j++) {
-                const int x = tid + j * KC_THREADS, i = (x & 31) >> 1, blk = 2 * (x >> 9) + (x & 1);
-                const int tb = (x >> 5) & 15, t = 16 * blk + tb, pos = i * LD + 4 * tb + blk, base = i * LD + 4 * tb;
+                int i, blk, tb, t;
+                elem(j, i, blk, tb, t);
+                const int pos = i * LD + 4 * tb + blk, base = i * LD + 4 * tb;
                 const bool ok = t < n && i < w;
                 const float gt = lg[j], kt = lk[j], dec = exp2f(gt);
                 if (ok) {
@@ -579,28 +585,22 @@ __global__ void __launch_bounds__(KS_THREADS, 1) kda_chunk_scan_kernel(float *S,
     for (int x = tid; x < hd * nc; x += KS_THREADS) Sh[(size_t)(x / nc) * hd + j0 + x % nc] = Ss[(x / nc) * KS_NC + x % nc];
 }
 
-/* 0 when the variable is "off", else 1 (read at each call: test_kda runs both settings of each) */
-static bool on_unless_off(const char *name) {
-    const char *e = getenv(name);
-    return !(e && !strcmp(e, "off"));
-}
-
 /* NF_CUDA_KDA_FUSED_PREP (default on; =off for kda_prep_kernel's pass before the prep kernel): the prep kernel
  * prepares the inputs itself (norms, log2 decays, sigmoid(beta)). Measured with the other session-22 defaults
  * (docs/cuda.md, session 22): kda_prep's 1.65 ms per 16384-token layer call gone. */
-static bool fused_prep(void) { return on_unless_off("NF_CUDA_KDA_FUSED_PREP"); }
+static bool fused_prep(void) { return nf_cuda_env_now("NF_CUDA_KDA_FUSED_PREP", "off"); }
 
-/* NF_CUDA_KDA_SCAN_DB (default on; =off for the single-buffered pass): the serial pass with its X and U0
- * double-buffered (the same operations, so the same bits; the next chunk's copies overlap both phases). */
-/* NF_CUDA_KDA_PREP_V2 (default on; =off for the first prep kernel): the prep kernel's pair sums with one exponent per thread and channel for each diagonal
- * 16-token block and factors shared by the block for the others (4 exponents per thread and channel instead of
- * 10, float4 tile reads, no branches), and the right-hand sides kept in shared memory (β Γ k from the tiles, v
+/* NF_CUDA_KDA_PREP_V2 (default on; =off for the first prep kernel): the prep kernel's pair sums with one exponent
+ * per thread and channel for each diagonal 16-token block and factors shared by the block for the others (4
+ * exponents per thread and channel instead of 10, float4 tile reads, no branches), and the right-hand sides kept in shared memory (β Γ k from the tiles, v
  * copied in during the pair sums) instead of a round trip through global memory. Other roundings (the factored
  * exponents, 2^x below 2^-126 flushed), within the same bound of the CPU (test_kda). With the fused preparation:
  * 6.05 ms per 16384-token layer call on the H100 against 8.7-9.0 ms plus kda_prep's 1.65 (session 22). */
-static bool prep_v2(void) { return on_unless_off("NF_CUDA_KDA_PREP_V2"); }
+static bool prep_v2(void) { return nf_cuda_env_now("NF_CUDA_KDA_PREP_V2", "off"); }
 
-static bool scan_db(void) { return on_unless_off("NF_CUDA_KDA_SCAN_DB"); }
+/* NF_CUDA_KDA_SCAN_DB (default on; =off for the single-buffered pass): the serial pass with its X and U0
+ * double-buffered (the same operations, so the same bits; the next chunk's copies overlap both phases). */
+static bool scan_db(void) { return nf_cuda_env_now("NF_CUDA_KDA_SCAN_DB", "off"); }
 
 extern "C" int nf_cuda_kda_chunked_supported(int hd) { return hd >= 1 && hd <= NF_KDA_CHUNKED_MAX_HEAD_DIM; }
 

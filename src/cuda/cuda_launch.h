@@ -44,6 +44,13 @@ static inline int nf_cuda_env_switch(int *cache, const char *name, const char *o
     return *cache;
 }
 
+/* The same switch read at every call, uncached, where a test flips it between calls in one process
+ * (NF_CUDA_KDA_CHUNK, the chunked KDA's and the decode-once GEMM's switches) */
+static inline int nf_cuda_env_now(const char *name, const char *off_value) {
+    const char *e = getenv(name);
+    return !(e && !strcmp(e, off_value));
+}
+
 /* A switch of more than two settings (NF_CUDA_HC_SINKHORN, NF_CUDA_MOE_PAIR, NF_CUDA_GEMM_BN128): i when the
  * environment variable `name` equals values[i] (i < n), else dflt; read once per call site (cache as above). */
 static inline int nf_cuda_env_choice(int *cache, const char *name, const char *const *values, int n, int dflt) {
