@@ -77,6 +77,7 @@
 
 static int n_failed;
 #include "gpu_check.h"
+#include "gpu_env.h"
 
 /* one line per model, printed together at the end */
 static char summary[64][320];
@@ -92,9 +93,11 @@ static int small_chunk(int k) {
     int c = (NF_CUDA_GEMM_MIN_VECTORS - 1) / (k > 1 ? k : 1);
     return c < 1 ? 1 : c > 5 ? 5 : c;
 }
+/* NF_CUDA_GEMM=mode until gemm_mode(NULL) puts back what the caller had (calls come in such pairs) */
 static void gemm_mode(const char *mode) {
-    if (mode) setenv("NF_CUDA_GEMM", mode, 1);
-    else unsetenv("NF_CUDA_GEMM");
+    static env_saved saved;
+    if (mode) saved = env_push("NF_CUDA_GEMM", mode);
+    else env_pop(&saved);
 }
 
 /* ------------------------------------------------------------------------------------------------------ */
@@ -691,9 +694,9 @@ static void test_model(const char *label, const char *path, const char *recipe, 
 
     /* the KDA conv's row kernel (the default) gives the grid-stride kernel's bits (NF_CUDA_KDA_CONV_ROWS=off) */
     {
-        setenv("NF_CUDA_KDA_CONV_ROWS", "off", 1);
+        env_saved sv = env_push("NF_CUDA_KDA_CONV_ROWS", "off");
         CHECK(prefill(gpu, tok, n, 0, g2, n_mla ? sg2 : NULL, n) == 0, "gpu prefill (conv grid-stride): %s", nf_error());
-        unsetenv("NF_CUDA_KDA_CONV_ROWS");
+        env_pop(&sv);
         const int same_rows = !memcmp(g16, g2, (size_t)n * V * sizeof(float));
         printf("  prefill with the KDA conv row kernel vs the grid-stride kernel: %s\n", same_rows ? "bit-identical" : "DIFFERENT");
         CHECK(same_rows, "the KDA conv row kernel changes the prefill logits");
@@ -729,20 +732,16 @@ static void test_model(const char *label, const char *path, const char *recipe, 
         float *gf[2] = {nf_xmalloc((size_t)n * V * sizeof(float)), nf_xmalloc((size_t)n * V * sizeof(float))};
         int32_t *sf[2] = {nf_xcalloc(nsel, sizeof(int32_t)), nf_xcalloc(nsel, sizeof(int32_t))};
         unsigned long long folded[2] = {0, 0};
-        const char *was = getenv("NF_CUDA_COMBINE_FOLD");
-        char *saved = was ? strdup(was) : NULL;
         for (int on = 0; on < 2; on++) {
-            setenv("NF_CUDA_COMBINE_FOLD", on ? "on" : "off", 1);
-            nf_backend *g = nf_backend_cuda_create(m, 0);
+            env_saved sv = env_push("NF_CUDA_COMBINE_FOLD", on ? "on" : "off");
+            nf_backend *g = nf_backend_cuda_create(m, 0); /* reads the switch */
+            env_pop(&sv);
             CHECK(g != NULL, "gpu backend (combine fold %d): %s", on, nf_error());
             if (!g) continue;
             CHECK(prefill(g, tok, n, small, gf[on], n_mla ? sf[on] : NULL, n) == 0, "gpu chunked (fold %d): %s", on, nf_error());
             folded[on] = nf_cuda_combines_folded(g);
             nf_backend_free(g);
         }
-        if (saved) setenv("NF_CUDA_COMBINE_FOLD", saved, 1);
-        else unsetenv("NF_CUDA_COMBINE_FOLD");
-        free(saved);
         const int fsame = !memcmp(gf[0], gf[1], (size_t)n * V * sizeof(float)) && !memcmp(sf[0], sf[1], nsel * sizeof(int32_t));
         printf("  gpu chunk %d, MoE combine folded into the hc projection (%llu folds) vs launched: %s\n", small, folded[1],
                fsame ? "bit-identical" : "DIFFERENT");

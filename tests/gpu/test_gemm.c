@@ -24,6 +24,7 @@
 
 #include "cuda/cuda_gemm.h"
 #include "formats/formats.h"
+#include "gpu_env.h"
 #include "gpu_tests.h"
 #include "util/error.h"
 
@@ -266,11 +267,13 @@ static void check_predeq(void) {
             void *dw = device_rows(type, rows * smod, n);
             nf_gemm_weights w = {dw, type, n, rows, smod, rb, rb * rows};
             const int before = nf_cuda_gemm_predeq_count();
-            setenv("NF_CUDA_GEMM_PREDEQ", "off", 1);
+            env_saved sv = env_push("NF_CUDA_GEMM_PREDEQ", "off");
             const int rc0 = product_to_host(&w, dx, n, 1, smod, NULL, dy, rows, nvec, y0);
-            unsetenv("NF_CUDA_GEMM_PREDEQ");
+            env_pop(&sv);
+            sv = env_push("NF_CUDA_GEMM_PREDEQ", NULL); /* the default, whatever the caller exported */
             const int mid = nf_cuda_gemm_predeq_count();
             const int rc1 = product_to_host(&w, dx, n, 1, smod, NULL, dy, rows, nvec, y1);
+            env_pop(&sv);
             const int taken = nf_cuda_gemm_predeq_count() - mid;
             const int same = !memcmp(y0, y1, sizeof(float) * rows * nvec);
             const int ok = rc0 == 0 && rc1 == 0 && mid == before && taken == 1 && same;
@@ -312,13 +315,13 @@ static void check_predeq_experts(void) {
             const int rc0 = product_to_host(&w, dx, n, k, 1, dids, dy, rows, nvec, y0);
             CK(cudaMemset(dy, 0xff, sizeof(float) * rows * nvec));
             const int before = nf_cuda_gemm_predeq_count();
-            setenv("NF_CUDA_GEMM_PREDEQ_EXPERTS", "on", 1);
             char b[16];
             snprintf(b, sizeof b, "%d", batch);
-            if (batch) setenv("NF_CUDA_GEMM_PREDEQ_EXPERT_BATCH", b, 1);
+            env_saved sv = env_push("NF_CUDA_GEMM_PREDEQ_EXPERTS", "on"),
+                      sb = env_push("NF_CUDA_GEMM_PREDEQ_EXPERT_BATCH", batch ? b : NULL);
             const int rc1 = product_to_host(&w, dx, n, k, 1, dids, dy, rows, nvec, y1);
-            unsetenv("NF_CUDA_GEMM_PREDEQ_EXPERTS");
-            unsetenv("NF_CUDA_GEMM_PREDEQ_EXPERT_BATCH");
+            env_pop(&sb);
+            env_pop(&sv);
             const int taken = nf_cuda_gemm_predeq_count() - before;
             const int same = !memcmp(y0, y1, sizeof(float) * rows * nvec);
             const int ok = rc0 == 0 && rc1 == 0 && taken == 1 && same;
@@ -429,15 +432,15 @@ static void bench(void) {
      * and Q8_0 (what the per-tile dequantization costs), and the ceiling's own shape for the ratio */
     bench_one("288 x 2048x4096 experts, T 16384 k 8", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 16384, 8, NF_GEMM_AUTO);
     bench_one("288 x 4096x2048 experts, T 16384 k 8", NF_TYPE_Q2_K, 4096, 2048, 288, 16384, 8, NF_GEMM_AUTO);
-    setenv("NF_CUDA_GEMM_PREDEQ_EXPERTS", "on", 1);
+    env_saved sv = env_push("NF_CUDA_GEMM_PREDEQ_EXPERTS", "on");
     bench_one("288 x 2048x4096 experts, T 16384 k 8, decoded once", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 16384, 8, NF_GEMM_AUTO);
     bench_one("288 x 4096x2048 experts, T 16384 k 8, decoded once", NF_TYPE_Q2_K, 4096, 2048, 288, 16384, 8, NF_GEMM_AUTO);
     bench_one("288 x 2048x4096 experts, T 4096 k 8, decoded once", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 4096, 8, NF_GEMM_AUTO);
-    unsetenv("NF_CUDA_GEMM_PREDEQ_EXPERTS");
+    env_pop(&sv);
     bench_one("4096x4096, T 16384", NF_TYPE_BF16, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
-    setenv("NF_CUDA_GEMM_PREDEQ", "off", 1);
+    sv = env_push("NF_CUDA_GEMM_PREDEQ", "off");
     bench_one("4096x4096, T 16384, decoded per tile", NF_TYPE_Q8_0, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
-    unsetenv("NF_CUDA_GEMM_PREDEQ");
+    env_pop(&sv);
     bench_one("4096x4096, T 16384, decoded once", NF_TYPE_Q8_0, 4096, 4096, 1, 16384, 1, NF_GEMM_AUTO);
     bench_one("8192x8192, T 8192 (the ceiling's shape)", NF_TYPE_BF16, 8192, 8192, 1, 8192, 1, NF_GEMM_AUTO);
     static const uint32_t down_types[] = {NF_TYPE_Q2_K, NF_TYPE_Q4_K};

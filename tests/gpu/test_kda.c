@@ -34,6 +34,7 @@
 
 static int n_failed;
 #include "gpu_check.h"
+#include "gpu_env.h"
 
 #define GPU_RAND_SEED 0x9e3779b97f4a7c15ull
 #include "gpu_rand.h"
@@ -255,17 +256,17 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     /* the default: the second prep kernel preparing its own inputs, the serial pass double-buffered. With the input
      * preparation as a separate pass (NF_CUDA_KDA_FUSED_PREP=off): other roundings of the norms, within the same
      * bound */
-    setenv("NF_CUDA_KDA_FUSED_PREP", "off", 1);
+    env_saved sv = env_push("NF_CUDA_KDA_FUSED_PREP", "off");
     const int rcf = run(&p, s, NF_KDA_CHUNKED, NULL, 0, o1, S1);
-    unsetenv("NF_CUDA_KDA_FUSED_PREP");
+    env_pop(&sv);
     CHECK(rcf == 0, "chunked (separate prep) T=%d: %s", T, nf_error());
     const double efp = fmax(rel_err(o1, oc, p.no), rel_err(S1, Sc, p.nS));
     CHECK(efp <= CHUNKED_TOL, "T=%d H=%d hd=%d: chunked with the separate prep: rel err %.3g > %g", T, H, hd, efp,
           CHUNKED_TOL);
     /* the single-buffered serial pass (NF_CUDA_KDA_SCAN_DB=off): the same operations, the same bits */
-    setenv("NF_CUDA_KDA_SCAN_DB", "off", 1);
+    sv = env_push("NF_CUDA_KDA_SCAN_DB", "off");
     const int rcd = run(&p, s, NF_KDA_CHUNKED, NULL, 0, o1, S1);
-    unsetenv("NF_CUDA_KDA_SCAN_DB");
+    env_pop(&sv);
     const size_t ddb = rcd == 0 ? bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS) : p.no + p.nS;
     CHECK(ddb == 0, "T=%d H=%d hd=%d: the single-buffered serial pass: %zu values differ from the default's", T, H, hd,
           ddb);
@@ -274,13 +275,13 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
      * multiples of NF_KDA_CHUNK bit-identical to its one-shot */
     double ev2 = 0.0;
     size_t dv2 = 0;
-    setenv("NF_CUDA_KDA_PREP_V2", "off", 1);
+    sv = env_push("NF_CUDA_KDA_PREP_V2", "off");
     for (int fp = 0; fp < 2; fp++) {
         static const int cuts[] = {NF_KDA_CHUNK, 2 * NF_KDA_CHUNK};
-        if (!fp) setenv("NF_CUDA_KDA_FUSED_PREP", "off", 1);
+        env_saved sf = env_push("NF_CUDA_KDA_FUSED_PREP", fp ? NULL : "off");
         const int rv = run(&p, s, NF_KDA_CHUNKED, NULL, 0, o1, S1);
         const int rc2 = rv == 0 ? run(&p, s, NF_KDA_CHUNKED, cuts, 2, o2, S2) : -1;
-        unsetenv("NF_CUDA_KDA_FUSED_PREP");
+        env_pop(&sf);
         CHECK(rv == 0 && rc2 == 0, "chunked (first prep kernel, fused prep %d) T=%d: %s", fp, T, nf_error());
         const double e = fmax(rel_err(o1, oc, p.no), rel_err(S1, Sc, p.nS));
         CHECK(e <= CHUNKED_TOL, "T=%d H=%d hd=%d: chunked with the first prep kernel (fused prep %d): rel err %.3g > %g",
@@ -290,7 +291,7 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
               "differ from its one-shot", T, H, hd, fp, NF_KDA_CHUNK, d);
         ev2 = fmax(ev2, e), dv2 += d;
     }
-    unsetenv("NF_CUDA_KDA_PREP_V2");
+    env_pop(&sv);
     double err = rel_err(o0, oc, p.no), errS = rel_err(S0, Sc, p.nS);
     CHECK(err <= CHUNKED_TOL && errS <= CHUNKED_TOL, "T=%d H=%d hd=%d lb=%g: chunked one-shot vs %s: rel err o %.3g S %.3g > %g",
           T, H, hd, lb, with_cpu ? "CPU" : "fused", err, errS, CHUNKED_TOL);
@@ -308,9 +309,9 @@ static void chunked_case(cudaStream_t s, int T, int H, int hd, float lb, int wit
     const size_t dauto = bytes_differ(o1, o0, p.no) + bytes_differ(S1, S0, p.nS);
     if (T >= NF_KDA_CHUNKED_MIN_T)
         CHECK(dauto == 0, "T=%d: NF_KDA_AUTO (default mode, work buffer) did not take the chunked path", T);
-    setenv("NF_CUDA_KDA_CHUNK", "off", 1);
+    sv = env_push("NF_CUDA_KDA_CHUNK", "off");
     const int rca = run(&p, s, NF_KDA_AUTO, NULL, 0, o1, S1);
-    unsetenv("NF_CUDA_KDA_CHUNK");
+    env_pop(&sv);
     CHECK(rca == 0 && run(&p, s, nf_cuda_kda_prepared_supported(hd) && T >= NF_KDA_PREPARED_MIN_T ? NF_KDA_PREPARED
                                                                                                   : NF_KDA_FUSED,
                           NULL, 0, o0, S0) == 0,

@@ -43,6 +43,7 @@
 
 static int n_failed;
 #include "gpu_check.h"
+#include "gpu_env.h"
 
 static double now_s(void) {
     struct timespec t;
@@ -166,9 +167,9 @@ static void check_small(const char *recipe, int n_layer) {
      * weights amplify beyond the f32 tolerance (H200, 2026-12-03: bf16 24/24 positions over); compare in the GEMM's
      * f32 mode, as tests/gpu/test_backend.c does for its exact checks. The weights themselves are compared byte for
      * byte above, which is what this test is about. */
-    setenv("NF_CUDA_GEMM", "f32", 1);
+    env_saved sv = env_push("NF_CUDA_GEMM", "f32");
     int rg = sg ? nf_prefill(gpu, sg, tok, T, 0, lg, 1, NULL) : -1;
-    unsetenv("NF_CUDA_GEMM");
+    env_pop(&sv);
     CHECK(rg == 0, "gpu prefill: %s", nf_error());
     int rc = sc ? nf_prefill(cpu, sc, tok, T, 0, lc, 1, NULL) : -1;
     CHECK(rc == 0, "cpu prefill: %s", nf_error());
