@@ -2,9 +2,9 @@
 # cold 62k, the probe, depth) plus this session's opt-in NF_CUDA_IQ2_L2AHEAD (the IQ2_XXS kernel's L2 look-ahead):
 #  1. tests at the defaults: kda, backend f32 + q2 quick, gemv (checks the look-ahead's bits);
 #  2. prefill A/B at 65536: def, pdx, pdx, def with pdx = NF_CUDA_GEMM_PREDEQ_EXPERTS=on; the cold 62k prefill;
-#  3. decode A/B at 2048 (the probe: greedy ids hash) for L2AHEAD 0, 2, 4, 4, 2, 0; the gemv bench of the IQ2_XXS
-#     shapes for 0, 1, 2, 4, 4, 2, 1, 0;
-#  4. decode at depth (filled state; on the H200 glm53:q2 with issue 8's 1M point); the gemm test + bench.
+#  3. decode A/B at 2048 (the probe: greedy ids hash) for L2AHEAD 0, 2, 4, 4, 2, 0;
+#  4. decode at depth (filled state; on the H200 glm53:q2 with issue 8's 1M point); the gemv bench of the IQ2_XXS
+#     shapes for 0, 1, 2, 4, 4, 2, 1, 0; the gemm test + bench.
 set -x
 CAP=${CAP:-570}
 NAME=c1 . scripts/device-call-env.sh
@@ -20,11 +20,11 @@ i=0; for v in def pdx pdx def; do i=$((i+1)); [ $SECONDS -lt $((CAP - 50)) ] || 
 save
 i=0; for a in 0 2 4 4 2 0; do i=$((i+1)); [ $SECONDS -lt $((CAP - 30)) ] || break
   NF_CUDA_IQ2_L2AHEAD=$a timeout 30 $C/nf-bench $S --frontiers 2048 --gen 32 --chunk 2048 --warmup 16 > $R/dec-$i-a$a.csv 2>$R/dec-$i-a$a.err; save; done
+[ $SECONDS -lt $((CAP - 70)) ] && timeout $((CAP - SECONDS - 50 > 150 ? 150 : CAP - SECONDS - 50)) $C/nf-bench $S --fill synthetic --frontiers $DF --gen 16 --warmup 16 > $R/depth.csv 2>$R/depth.err
+save
 i=0; for a in 0 1 2 4 4 2 1 0; do i=$((i+1)); [ $SECONDS -lt $((CAP - 20)) ] || break
   NF_CUDA_IQ2_L2AHEAD=$a NF_GEMV_BENCH_ONLY=iq2_xxs NF_GEMV_BENCH_CASES=gate_up,dense,kda_proj NF_GEMV_BENCH_NO_CHECKS=1 \
     timeout 20 $C/nf-gpu-tests --only gemv --bench > $R/gemvb-$i-a$a.txt 2>&1; done
-save
-[ $SECONDS -lt $((CAP - 70)) ] && timeout $((CAP - SECONDS - 50 > 150 ? 150 : CAP - SECONDS - 50)) $C/nf-bench $S --fill synthetic --frontiers $DF --gen 16 --warmup 16 > $R/depth.csv 2>$R/depth.err
 save
 [ $SECONDS -lt $((CAP - 30)) ] && timeout $((CAP - SECONDS)) $C/nf-gpu-tests --only gemm --bench > $R/gemm.txt 2>&1; echo "rc=$?" >> $R/gemm.txt
 save
