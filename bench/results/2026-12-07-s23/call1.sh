@@ -4,7 +4,7 @@
 #  2. prefill A/B at 65536: def, pdx, pdx, def with pdx = NF_CUDA_GEMM_PREDEQ_EXPERTS=on; the cold 62k prefill;
 #  3. decode A/B at 2048 (the probe: greedy ids hash) for L2AHEAD 0, 2, 4, 4, 2, 0;
 #  4. decode at depth (filled state; on the H200 glm53:q2 with issue 8's 1M point); the gemv bench of the IQ2_XXS
-#     shapes for 0, 1, 2, 4, 4, 2, 1, 0; the gemm test + bench.
+#     shapes for 0, 1, 2, 4, 4, 2, 1, 0; the gemm test + bench; the ncu decode kernel table at the defaults.
 set -x
 CAP=${CAP:-570}
 NAME=c1 . scripts/device-call-env.sh
@@ -26,6 +26,12 @@ i=0; for a in 0 1 2 4 4 2 1 0; do i=$((i+1)); [ $SECONDS -lt $((CAP - 20)) ] || 
   NF_CUDA_IQ2_L2AHEAD=$a NF_GEMV_BENCH_ONLY=iq2_xxs NF_GEMV_BENCH_CASES=gate_up,dense,kda_proj NF_GEMV_BENCH_NO_CHECKS=1 \
     timeout 20 $C/nf-gpu-tests --only gemv --bench > $R/gemvb-$i-a$a.txt 2>&1; done
 save
-[ $SECONDS -lt $((CAP - 30)) ] && timeout $((CAP - SECONDS)) $C/nf-gpu-tests --only gemm --bench > $R/gemm.txt 2>&1; echo "rc=$?" >> $R/gemm.txt
+[ $SECONDS -lt $((CAP - 30)) ] && timeout $((CAP - SECONDS < 120 ? CAP - SECONDS : 120)) $C/nf-gpu-tests --only gemm --bench > $R/gemm.txt 2>&1; echo "rc=$?" >> $R/gemm.txt
+save
+# the decode step's kernel table at the defaults (the last one is session 18's, 6fb1852): glm53@32 on the H100 as
+# then, the 45-layer glm53 on the H200 (its skip and count as in session 7's H200 tables)
+SK=1100; LC=2000; [ "$M" = glm53:q2 ] && SK=1500 LC=2600
+[ $SECONDS -lt $((CAP - 60)) ] && timeout $((CAP - SECONDS)) ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum \
+  --csv --page raw --launch-skip $SK --launch-count $LC $C/nf-bench $S --frontiers 64 --gen 4 --chunk 64 --warmup 0 2>&1 | xz -9 > $R/ncu-decode.csv.xz
 save
 echo "elapsed $SECONDS s"
