@@ -255,15 +255,15 @@ extern "C" void nf_cuda_gemv_iq2_force(int on) { g_force = on < 0 ? -1 : !!on; }
 /* NF_CUDA_IQ2_L2AHEAD=N (0, 1, 2 or 4; others round down to one of these): each warp keeps the rows of its next N steps on their way into L2
  * (nf_rows_l2_prefetch); 0, the default until a paired A/B says otherwise, prefetches nothing. The same bits either
  * way (test_gemv compares them). nf_cuda_gemv_iq2_ahead_force(N) overrides it (tests), -1 restores it. */
+static int ahead_kernel_steps(int n) { return n <= 0 ? 0 : n >= 4 ? 4 : n > 2 ? 2 : n; } /* the kernels' 0, 1, 2, 4 */
 static int g_ahead_force = -1;
-extern "C" void nf_cuda_gemv_iq2_ahead_force(int n) { g_ahead_force = n < 0 ? -1 : n >= 4 ? 4 : n > 2 ? 2 : n; }
+extern "C" void nf_cuda_gemv_iq2_ahead_force(int n) { g_ahead_force = n < 0 ? -1 : ahead_kernel_steps(n); }
 static int iq2_ahead(void) {
     if (g_ahead_force >= 0) return g_ahead_force;
     static int cache = -1;
     if (cache < 0) {
         const char *e = getenv("NF_CUDA_IQ2_L2AHEAD");
-        const int n = e ? atoi(e) : 0;
-        cache = n < 0 ? 0 : n >= 4 ? 4 : n > 2 ? 2 : n;
+        cache = ahead_kernel_steps(e ? atoi(e) : 0);
     }
     return cache;
 }
