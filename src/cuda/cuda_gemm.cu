@@ -560,12 +560,13 @@ int tables_ready(void) {
     return 0;
 }
 
-/* NF_CUDA_GEMM_PREDEQ_EXPERTS=on: routed experts of >= NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS vectors per expert on
+/* NF_CUDA_GEMM_PREDEQ_EXPERTS (default on, =off): routed experts of >= NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS vectors per expert on
  * average (a 16384-token chunk: ~455 at glm53's top 8 of 288, ~7 vector tiles, each decoding every weight again)
  * in batches of experts decoded once into a bf16 copy of PREDEQ_EXPERT_BYTES at most (the same decode and rounding:
- * the same bits), each batch's tiles multiplied from the copy. Opt-in until measured (session 22). */
+ * the same bits), each batch's tiles multiplied from the copy. Default since session 25: prefill at 65536 +4.1% on
+ * the H100 (2 of 2 alternating pairs faster, docs/benchmarks.md), +0.19 GB of pool. */
 #define PREDEQ_EXPERT_BYTES ((size_t)256 << 20)
-bool predeq_experts_on(void) { return !nf_cuda_env_now("NF_CUDA_GEMM_PREDEQ_EXPERTS", "on"); } /* test_gemm: both */
+bool predeq_experts_on(void) { return nf_cuda_env_now("NF_CUDA_GEMM_PREDEQ_EXPERTS", "off"); } /* test_gemm: both */
 
 /* the routed product of `a` (perm, off, tile0 set; a.w the quantized experts) batch by batch; 0, or -1 / 1 with
  * nothing launched past the first failure */

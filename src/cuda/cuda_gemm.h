@@ -46,7 +46,7 @@ int nf_cuda_gemm(const nf_gemm_weights *w, const float *x, int64_t ldx, int xdiv
 /* NF_CUDA_GEMM_PREDEQ (default on, =off): quantized matrices of >= NF_GEMM_PREDEQ_MIN_VECTORS vectors per matrix
  * (not routed) are decoded once into a bf16 copy and multiplied as BF16 (the same bits); the count of such products so far */
 #define NF_GEMM_PREDEQ_MIN_VECTORS 4096
-/* NF_CUDA_GEMM_PREDEQ_EXPERTS=on (opt-in): routed experts of >= this many vectors per expert on average decoded once
+/* NF_CUDA_GEMM_PREDEQ_EXPERTS (default on, =off): routed experts of >= this many vectors per expert on average decoded once
  * per batch of experts (the same bits); counted with the others */
 #define NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS 256
 int nf_cuda_gemm_predeq_count(void);

@@ -288,8 +288,8 @@ static void check_predeq(void) {
     free(x), free(y0), free(y1);
 }
 
-/* NF_CUDA_GEMM_PREDEQ_EXPERTS=on: routed experts of >= NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS vectors on average decoded
- * once per batch of experts (here one batch, and batches of 2 of the 5 experts: the tiles of each batch only, the
+/* NF_CUDA_GEMM_PREDEQ_EXPERTS (default on; =off decodes per tile): routed experts of >=
+ * NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS vectors on average decoded once per batch of experts (here one batch, and batches of 2 of the 5 experts: the tiles of each batch only, the
  * weights indexed from the batch's first expert): every output byte as decoded per tile, the copy taken */
 static void check_predeq_experts(void) {
     static const uint32_t types[] = {NF_TYPE_Q8_0, NF_TYPE_Q2_K, NF_TYPE_IQ2_XXS};
@@ -312,7 +312,9 @@ static void check_predeq_experts(void) {
             const size_t rb = nf_row_bytes(type, n);
             void *dw = device_rows(type, rows * E, n);
             nf_gemm_weights w = {dw, type, n, rows, E, rb, rb * rows};
+            env_saved so = env_push("NF_CUDA_GEMM_PREDEQ_EXPERTS", "off"); /* the per-tile decode */
             const int rc0 = product_to_host(&w, dx, n, k, 1, dids, dy, rows, nvec, y0);
+            env_pop(&so);
             CK(cudaMemset(dy, 0xff, sizeof(float) * rows * nvec));
             const int before = nf_cuda_gemm_predeq_count();
             char b[16];
@@ -430,8 +432,10 @@ static void bench(void) {
     bench_one("4096x4096, T 4096", NF_TYPE_Q8_0, 4096, 4096, 1, 4096, 1, NF_GEMM_AUTO);
     /* the 16384-token chunk (the CUDA backend's prefill chunk): ~455 vectors per expert; the dense shape in bf16
      * and Q8_0 (what the per-tile dequantization costs), and the ceiling's own shape for the ratio */
-    bench_one("288 x 2048x4096 experts, T 16384 k 8", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 16384, 8, NF_GEMM_AUTO);
-    bench_one("288 x 4096x2048 experts, T 16384 k 8", NF_TYPE_Q2_K, 4096, 2048, 288, 16384, 8, NF_GEMM_AUTO);
+    env_saved so = env_push("NF_CUDA_GEMM_PREDEQ_EXPERTS", "off");
+    bench_one("288 x 2048x4096 experts, T 16384 k 8, decoded per tile", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 16384, 8, NF_GEMM_AUTO);
+    bench_one("288 x 4096x2048 experts, T 16384 k 8, decoded per tile", NF_TYPE_Q2_K, 4096, 2048, 288, 16384, 8, NF_GEMM_AUTO);
+    env_pop(&so);
     env_saved sv = env_push("NF_CUDA_GEMM_PREDEQ_EXPERTS", "on");
     bench_one("288 x 2048x4096 experts, T 16384 k 8, decoded once", NF_TYPE_IQ2_XXS, 2048, 4096, 288, 16384, 8, NF_GEMM_AUTO);
     bench_one("288 x 4096x2048 experts, T 16384 k 8, decoded once", NF_TYPE_Q2_K, 4096, 2048, 288, 16384, 8, NF_GEMM_AUTO);
