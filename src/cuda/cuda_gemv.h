@@ -113,8 +113,6 @@ int nf_cuda_gemv_ex(uint32_t type, const void *w, int64_t rows, int64_t cols, si
 int nf_cuda_gemv_iq2_takes(const nf_gemv_job *job);
 /* Tests: 1 forces the kernel on, 0 off, -1 back to NF_CUDA_IQ2_ROWS. */
 void nf_cuda_gemv_iq2_force(int on);
-/* NF_CUDA_IQ2_L2AHEAD's look-ahead forced to n steps (tests); -1: as the environment says */
-void nf_cuda_gemv_iq2_ahead_force(int n);
 /* nf_cuda_gemv_init's and nf_cuda_gemv_run's parts for it: sms = the device's SM count (one wave of CTAs), plan_log
  * = NF_GEMV_PLAN=1 (a line per launch) */
 int nf_cuda_gemv_iq2_init(void);

@@ -101,7 +101,7 @@ template <int CPL> struct iq2r_rows {
 
 /* Grid: a persistent set of CTAs; warp steps of R consecutive rows of the job's rows numbered (matrix, vector,
  * row) in that order, steps gw, gw + nw, ... */
-template <int CPL, int A>
+template <int CPL>
 __global__ void __launch_bounds__(IQ2R_THREADS, 2) iq2_rows_kernel(const iq2r_params p) {
     constexpr int NCH = 32 * CPL; /* 64-column chunks of a row */
     __shared__ uint32_t tg[256], ts[128];
@@ -127,19 +127,6 @@ __global__ void __launch_bounds__(IQ2R_THREADS, 2) iq2_rows_kernel(const iq2r_pa
         v = (int)(prob % p.nvec);
         return p.w[m] + (size_t)slice_of[v] * p.slice_bytes + (size_t)r0 * p.row_bytes;
     };
-    /* the look-ahead of A steps (p.l2_ahead, nf_rows_l2_prefetch): the rows of steps gw + nw .. gw + A nw now,
-     * then each step asks for the one A steps after it; a step's R rows are contiguous */
-    auto ahead = [&](int64_t step) { /* row_of in 32 bits (the host keeps all rows below 2^31 for A > 0) */
-        if (lane == 0 && step < steps) {
-            const uint32_t row = (uint32_t)step * IQ2R_R, rows = (uint32_t)p.rows, prob = row / rows;
-            const uint32_t m = prob / (uint32_t)p.nvec, v = prob - m * (uint32_t)p.nvec;
-            nf_rows_l2_prefetch(p.w[m] + (size_t)slice_of[v] * p.slice_bytes + (size_t)(row - prob * rows) * p.row_bytes,
-                                (uint32_t)(IQ2R_R * p.row_bytes));
-        }
-    };
-    if (early)
-#pragma unroll
-        for (int k = 1; k <= A; k++) ahead(gw + k * nw);
     iq2r_rows<CPL> W;
     bool have = false;
     if (early && gw < steps) {
@@ -149,9 +136,6 @@ __global__ void __launch_bounds__(IQ2R_THREADS, 2) iq2_rows_kernel(const iq2r_pa
         have = true;
     }
     if (early) nf_pdl_wait();
-    else
-#pragma unroll
-        for (int k = 1; k <= A; k++) ahead(gw + k * nw);
     /* the activation row: 4 threads per chunk, 16 values each (quad q of the chunk: values 16q .. 16q + 15) */
     for (int t = tid; t < 4 * NCH; t += IQ2R_THREADS) {
         const int c = t >> 2, qd = t & 3;
@@ -189,7 +173,6 @@ __global__ void __launch_bounds__(IQ2R_THREADS, 2) iq2_rows_kernel(const iq2r_pa
         int m, v;
         int64_t r0;
         const uint8_t *row0 = row_of(step, m, v, r0);
-        if (A && step != gw) ahead(step + A * nw);
         if (!have) W.load(row0, p.row_bytes, lane);
         have = false;
         float acc[IQ2R_R];
@@ -252,22 +235,6 @@ static int iq2_rows_on(void) {
 }
 extern "C" void nf_cuda_gemv_iq2_force(int on) { g_force = on < 0 ? -1 : !!on; }
 
-/* NF_CUDA_IQ2_L2AHEAD=N (0, 1, 2 or 4; others round down to one of these): each warp keeps the rows of its next N steps on their way into L2
- * (nf_rows_l2_prefetch); 0, the default until a paired A/B says otherwise, prefetches nothing. The same bits either
- * way (test_gemv compares them). nf_cuda_gemv_iq2_ahead_force(N) overrides it (tests), -1 restores it. */
-static int ahead_kernel_steps(int n) { return n <= 0 ? 0 : n >= 4 ? 4 : n > 2 ? 2 : n; } /* the kernels' 0, 1, 2, 4 */
-static int g_ahead_force = -1;
-extern "C" void nf_cuda_gemv_iq2_ahead_force(int n) { g_ahead_force = n < 0 ? -1 : ahead_kernel_steps(n); }
-static int iq2_ahead(void) {
-    if (g_ahead_force >= 0) return g_ahead_force;
-    static int cache = -1;
-    if (cache < 0) {
-        const char *e = getenv("NF_CUDA_IQ2_L2AHEAD");
-        cache = ahead_kernel_steps(e ? atoi(e) : 0);
-    }
-    return cache;
-}
-
 extern "C" int nf_cuda_gemv_iq2_init(void) {
     uint32_t grid[256], sign[128];
     for (int e = 0; e < 256; e++) {
@@ -305,24 +272,15 @@ extern "C" int nf_cuda_gemv_iq2_run(const nf_gemv_job *j, void *stream, int sms,
     iq2r_params p;
     memset(&p, 0, sizeof p);
     nf_rows_params_of(j, &p);
-    /* the bulk prefetch wants 16-byte aligned rows (IQ2_XXS rows of 2048 / 4096 columns: 528 / 1056 bytes) */
-    int aligned = p.row_bytes % 16 == 0 && p.slice_bytes % 16 == 0 && (int64_t)p.nmat * p.nvec * p.rows < (1ll << 31);
-    for (int m = 0; m < p.nmat; m++) aligned &= ((uintptr_t)p.w[m] & 15) == 0;
-    p.l2_ahead = aligned ? iq2_ahead() : 0;
     /* one wave of 2 CTAs per SM (the lab's best: more warps were slower) */
     const int64_t ctas = nf_rows_ctas((int64_t)p.nmat * p.nvec * p.rows / IQ2R_R, IQ2R_THREADS, sms);
     if (plan_log)
-        fprintf(stderr, "gemv iq2rows: %lld x %lld, %d matrices x %d vectors, %lld CTAs of %d, L2 look-ahead %d\n",
-                (long long)p.rows, (long long)j->cols, p.nmat, p.nvec, (long long)ctas, IQ2R_THREADS, p.l2_ahead);
+        fprintf(stderr, "gemv iq2rows: %lld x %lld, %d matrices x %d vectors, %lld CTAs of %d\n", (long long)p.rows,
+                (long long)j->cols, p.nmat, p.nvec, (long long)ctas, IQ2R_THREADS);
     const dim3 grid((unsigned)ctas), block(IQ2R_THREADS);
     cudaStream_t s = (cudaStream_t)stream;
-    /* a kernel per look-ahead: the loop of the one without it is the code of before (CPL 2 needs all 128
-     * registers there) */
-    void (*const kernels[2][4])(const iq2r_params) = {
-        {iq2_rows_kernel<1, 0>, iq2_rows_kernel<1, 1>, iq2_rows_kernel<1, 2>, iq2_rows_kernel<1, 4>},
-        {iq2_rows_kernel<2, 0>, iq2_rows_kernel<2, 1>, iq2_rows_kernel<2, 2>, iq2_rows_kernel<2, 4>}};
-    void (*k)(const iq2r_params) = kernels[j->cols == 2048 ? 0 : 1][p.l2_ahead == 4 ? 3 : p.l2_ahead];
-    nf_launch(k, grid, block, 0, s, p);
+    if (j->cols == 2048) nf_launch(iq2_rows_kernel<1>, grid, block, 0, s, p);
+    else nf_launch(iq2_rows_kernel<2>, grid, block, 0, s, p);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return nf_fail("cuda gemv iq2 launch: %s", cudaGetErrorString(e));
     return 0;

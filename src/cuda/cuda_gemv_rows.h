@@ -112,7 +112,6 @@ struct nf_rows_params {
     int ids_settled, smod;
     int64_t ldy;
     int nvec, nmat;
-    int l2_ahead; /* prefetch into L2 the rows of the warp's next l2_ahead steps (0: none; nf_rows_l2_prefetch) */
 };
 static inline void nf_rows_params_of(const nf_gemv_job *j, nf_rows_params *p) {
     p->nmat = nf_gemv_job_mats(j);
@@ -129,19 +128,6 @@ static inline void nf_rows_params_of(const nf_gemv_job *j, nf_rows_params *p) {
     p->smod = j->smod > 1 ? j->smod : 1;
     p->ldy = j->ldy;
     p->nvec = j->nvec;
-}
-
-/* Asks the L2 for bytes (a multiple of 16) at p (16-byte aligned), without waiting or holding registers: one
- * bulk prefetch (TMA, sm_90), issued by one lane. Why: a warp of the warp-per-row kernels loads a step's rows and
- * then computes on them; all warps start together, so without a look-ahead the loads and the arithmetic of a
- * wave take turns instead of overlapping. No-op in the CPU emulation (it changes no value). */
-__device__ __forceinline__ void nf_rows_l2_prefetch(const void *p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-    (void)p;
-    (void)bytes;
-#endif
 }
 
 /* CTAs for `steps` warp steps: one wave of 2 CTAs per SM of `threads`, fewer when the job has fewer steps */
