@@ -16,6 +16,7 @@
 #include "cuda/cuda_internal.h"
 #include "cuda/backend_cuda.h"
 #include "cuda/cuda_launch.h"
+#include "cuda/cuda_gemv.h" /* NF_CUDA_GEMV_MAX_VECTORS: decode tokens per launch (hc_done) */
 
 thread_local int nf_cuda_cur_device = -1;
 
@@ -175,6 +176,7 @@ static int cu_head(nf_backend *be, const float *X, int T, float *logits) {
 }
 
 extern "C" unsigned long long nf_cuda_combines_folded(nf_backend *be) { return ((nf_cuda *)be->impl)->combines_folded; }
+extern "C" unsigned long long nf_cuda_hc_tails(nf_backend *be) { return ((nf_cuda *)be->impl)->hc_tails; }
 extern "C" int nf_cuda_flush(nf_backend *be) { return nf_cuda_combine_flush(nf_cuda_of_keep(be)); }
 
 static void cu_destroy(nf_backend *be) {
@@ -189,6 +191,7 @@ static void cu_destroy(nf_backend *be) {
         free(c->vecs);
         if (c->dweights) cudaFree(c->dweights);
         if (c->router_done) cudaFree(c->router_done);
+        if (c->hc_done) cudaFree(c->hc_done);
         free(c->segs);
         if (c->tok_host) cudaFreeHost(c->tok_host);
         if (c->tok_ev) cudaEventDestroy(c->tok_ev);
@@ -413,7 +416,9 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
         (e = cudaDeviceGetDefaultMemPool(&pool, device)) != cudaSuccess ||
         (e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr)) != cudaSuccess ||
         (e = cudaMalloc((void **)&c->router_done, sizeof *c->router_done)) != cudaSuccess ||
-        (e = cudaMemset(c->router_done, 0, sizeof *c->router_done)) != cudaSuccess) {
+        (e = cudaMemset(c->router_done, 0, sizeof *c->router_done)) != cudaSuccess ||
+        (e = cudaMalloc((void **)&c->hc_done, NF_CUDA_GEMV_MAX_VECTORS * sizeof *c->hc_done)) != cudaSuccess ||
+        (e = cudaMemset(c->hc_done, 0, NF_CUDA_GEMV_MAX_VECTORS * sizeof *c->hc_done)) != cudaSuccess) {
         nf_fail("cuda backend: %s", cudaGetErrorString(e));
         cu_destroy(be);
         return nullptr;
@@ -424,6 +429,9 @@ static nf_backend *create(const nf_model *m, int device, int l0, int l1) {
      * Read per backend, so that a test can compare two backends; opt-in until measured */
     const char *cf = getenv("NF_CUDA_COMBINE_FOLD");
     c->combine_fold = cf && !strcmp(cf, "on");
+    /* NF_CUDA_HC_TAIL=on: hc_pre's mixing in the split projection's last CTA (cuda_hc.cu); opt-in until measured */
+    const char *ht = getenv("NF_CUDA_HC_TAIL");
+    c->hc_tail = ht && !strcmp(ht, "on");
     if (nf_cuda_formats_init() < 0 || (l1 ? upload_layers(c, l0, l1) : upload(c)) < 0) {
         cu_destroy(be);
         return nullptr;

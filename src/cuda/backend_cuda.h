@@ -34,6 +34,8 @@ int nf_cuda_set_device(int device);
 /* MoE combines that this backend's hc projections took (NF_CUDA_COMBINE_FOLD=on; cuda_moe.cu): tests check that the
  * folded path ran. */
 unsigned long long nf_cuda_combines_folded(nf_backend *be);
+/* the hc projections whose last CTA did the mixing (NF_CUDA_HC_TAIL=on) so far (tests) */
+unsigned long long nf_cuda_hc_tails(nf_backend *be);
 /* Launch the work this backend has deferred (a pending MoE combine: NF_CUDA_COMBINE_FOLD) so that a caller that reads
  * its device buffers directly, not through an entry point, sees the outputs (test_backend's block checks). 0, or -1
  * with nf_error(). */

@@ -186,36 +186,55 @@ __device__ void collapse_norm_row(const float *pre, const float *x, int hc, int 
     for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = __fmul_rn(norm_w[i], __fmul_rn(sh[i], r));
 }
 
-/* collapse_norm_row for hc = 4 with the row held in registers: thread i owns the float4 i of the row (n <= 4 x
- * blockDim, 16-byte aligned rows), so the four streams' loads of a thread and its norm weights are in flight
- * together and nothing goes through shared memory; the same operations
- * in the same order (the pre weights per thread as block x >= 1 computes them, the sum of squares as
- * nf_d_row_sumsq_part's vec4 path with one float4 per thread), so the same bits. Why: collapse_norm_row's strided
- * loops paid a memory round trip per element group (four for the streams, four for the weights): ~9 us per site;
- * here the streams, the weights and the mixing values are one round of loads. */
+/* collapse_norm_row for hc = 4 with the row held in registers: thread i owns the float4s i + k blockDim (k < K) of
+ * the row (n <= 4 K blockDim, 16-byte aligned rows), so the four streams' loads of a thread and its norm weights are
+ * in flight together and nothing goes through shared memory; the same operations in the same order (the pre weights
+ * per thread as block x >= 1 computes them, the sum of squares as nf_d_row_sumsq_part's vec4 path with one float4
+ * per thread), so the same bits. Why: collapse_norm_row's strided loops paid a memory round trip per element group
+ * (four for the streams, four for the weights): ~9 us per site; here the streams, the weights and the mixing values
+ * are one round of loads. K = 4 on 256 threads (the split projection's tail, hc_part_tail) computes what K = 1 on
+ * 1024 threads does bit for bit: float4 i + 256 k is "thread" i + 256 k's, whose warp is w + 8 k, and
+ * nf_d_block_sum_k<4> adds the warps' sums in that order (virtual threads past the row add +0.0, as the lanes of a
+ * narrower block do). The streams are read through L2 (__ldcg): in the tail other CTAs of the same launch wrote them. */
+template <int K>
 __device__ void collapse_norm_row4(const float *m, const float *base, const float *scale, float hc_eps, const float *x,
                                    int n, float eps, const float *norm_w, float *out, double *red) {
-    const int i = threadIdx.x, n4 = n / 4;
-    const bool own = i < n4;
-    const float4 nw = own ? ((const float4 *)norm_w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float4 v[4];
+    const int n4 = n / 4;
+    float4 nw[K], h[K];
+    float4 v[K][4];
 #pragma unroll
-    for (int k = 0; k < 4; k++) v[k] = own ? ((const float4 *)(x + (size_t)k * n))[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int q = 0; q < K; q++) {
+        const int i = (int)threadIdx.x + q * (int)blockDim.x;
+        const bool own = i < n4;
+        nw[q] = own ? ((const float4 *)norm_w)[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            v[q][k] = own ? __ldcg((const float4 *)(x + (size_t)k * n) + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     float pre[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) pre[k] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[k], scale[0]), base[k])), hc_eps);
-    float4 h = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    double ss[K];
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
-        h.x = __fadd_rn(h.x, __fmul_rn(pre[k], v[k].x));
-        h.y = __fadd_rn(h.y, __fmul_rn(pre[k], v[k].y));
-        h.z = __fadd_rn(h.z, __fmul_rn(pre[k], v[k].z));
-        h.w = __fadd_rn(h.w, __fmul_rn(pre[k], v[k].w));
+    for (int q = 0; q < K; q++) {
+        h[q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            h[q].x = __fadd_rn(h[q].x, __fmul_rn(pre[k], v[q][k].x));
+            h[q].y = __fadd_rn(h[q].y, __fmul_rn(pre[k], v[q][k].y));
+            h[q].z = __fadd_rn(h[q].z, __fmul_rn(pre[k], v[q][k].z));
+            h[q].w = __fadd_rn(h[q].w, __fmul_rn(pre[k], v[q][k].w));
+        }
+        ss[q] = nf_d_sumsq_add4(0.0, h[q]);
     }
-    const float r = nf_d_rms_inv(nf_d_block_sum(nf_d_sumsq_add4(0.0, h), red), n, eps);
-    if (own)
-        ((float4 *)out)[i] = make_float4(__fmul_rn(nw.x, __fmul_rn(h.x, r)), __fmul_rn(nw.y, __fmul_rn(h.y, r)),
-                                         __fmul_rn(nw.z, __fmul_rn(h.z, r)), __fmul_rn(nw.w, __fmul_rn(h.w, r)));
+    const float r = nf_d_rms_inv(nf_d_block_sum_k<K>(ss, red), n, eps);
+#pragma unroll
+    for (int q = 0; q < K; q++) {
+        const int i = (int)threadIdx.x + q * (int)blockDim.x;
+        if (i < n4)
+            ((float4 *)out)[i] = make_float4(__fmul_rn(nw[q].x, __fmul_rn(h[q].x, r)), __fmul_rn(nw[q].y, __fmul_rn(h[q].y, r)),
+                                             __fmul_rn(nw[q].z, __fmul_rn(h[q].z, r)), __fmul_rn(nw[q].w, __fmul_rn(h[q].w, r)));
+    }
 }
 
 /* stream j's updated value at one element: post[j] y + sum_i comb[i][j] x_i, the products added in stream order
@@ -247,6 +266,44 @@ __device__ __forceinline__ float hc_post_value(const float *post, const float *c
 #define HCP_ROWS_PER_WARP 4
 #define HCP_THREADS 256
 #define HCP_MAX_ROWS (HCP_ROWS_PER_WARP * HCP_THREADS / 32)
+/* NF_CUDA_HC_TAIL=on (decode, hc = 4, with the sub-layer's norm): the split projection's last CTA of a token does what
+ * hc_mix_collapse_kernel would do next (the slices' reduction, the post weights and the Sinkhorn-projected
+ * combination, the collapse and its RMSNorm), the same values bit for bit: one launch per site instead of two.
+ * Why: each kernel boundary of decode's dependent chain costs a drain and a ramp (~4 us on the H100 for hc_post's,
+ * docs/benchmarks.md), and the mixing kernel of ~10 us per site (64 sites: 8.8% of a glm53@32 step) does ~2 us of
+ * work on 2 SMs. The last CTA is found by a count per token (done[t], zero between launches: the last CTA resets
+ * it), the router's pattern (cuda_router.cu). Opt-in until a paired A/B measures it. */
+struct hc_tail_args {
+    const float *base, *scale, *norm_w; /* the site's hc params, the sub-layer's RMSNorm weight */
+    float *mix, *h;                     /* out: (post, comb) [T][20]; RMSNorm(collapse) * norm_w [T][n] */
+    unsigned int *done;                 /* [T] CTAs finished, per token */
+    int iters;
+    float hc_eps, norm_eps, xeps;       /* hc_eps; the sub-layer norm's and the flat norm's eps */
+};
+__device__ void hc_reduce_parts(const float *part, const double *ssq, int S, int nm, int64_t flat, float eps, float *mmv);
+/* the tail of token t in its last CTA (HCP_THREADS threads): the reduction of the S slices, then the collapse + norm
+ * (collapse_norm_row4<4>: block 1's values), then thread 0 the post weights and the Sinkhorn projection (block 0's
+ * operations in its order); mix and h are read by later launches only */
+__device__ void hc_part_tail(const hc_tail_args &a, const float *part_t, const double *ssq_t, int S, int nm,
+                             int64_t flat, const float *xt, int n, int t) {
+    __shared__ float mmv[(2 + 4) * 4];
+    __shared__ float w[4 * 4];
+    __shared__ double red[32];
+    hc_reduce_parts(part_t, ssq_t, S, nm, flat, a.xeps, mmv); /* ends with a barrier */
+    collapse_norm_row4<4>(mmv, a.base, a.scale, a.hc_eps, xt, n, a.norm_eps, a.norm_w, a.h + (size_t)t * n, red);
+    if (threadIdx.x == 0) {
+        float *post = a.mix + (size_t)t * 20;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            post[i] = __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(mmv[4 + i], a.scale[1]), a.base[4 + i])));
+#pragma unroll
+        for (int i = 0; i < 16; i++) w[i] = __fadd_rn(__fmul_rn(mmv[8 + i], a.scale[2]), a.base[8 + i]);
+        sinkhorn_regs<4>(w, a.iters, a.hc_eps);
+#pragma unroll
+        for (int i = 0; i < 16; i++) post[4 + i] = w[i];
+    }
+}
+
 /* a pending MoE combine for the POST update (nf_cuda::pending): y[t][e] = the slots' out[t][slot][e] times their
  * weights added in ascending expert order, then shared[t][e], as moe_combine_kernel computes it; out NULL: y given */
 struct hc_combine_in {
@@ -254,10 +311,11 @@ struct hc_combine_in {
     const int32_t *expert_of;
     int k;
 };
-template <bool POST>
+template <bool POST, bool TAIL>
 __global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *W, int n, int nm, float *X, int64_t ldx,
                                                                    const float *y, const float *mix, float *part,
-                                                                   double *ssq, const hc_combine_in cb) {
+                                                                   double *ssq, const hc_combine_in cb,
+                                                                   const hc_tail_args tl) {
     const int s = (int)blockIdx.x, S = (int)gridDim.x, t = (int)blockIdx.y;
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5, j = lane >> 3;
     const int64_t flat = 4 * (int64_t)n, e = (int64_t)HCP_ELEMS * s + 4 * (lane & 7), k = j * (int64_t)n + e;
@@ -347,6 +405,17 @@ __global__ void __launch_bounds__(HCP_THREADS) hc_proj_part_kernel(const float *
         double q = nf_d_sumsq_add4(0.0, x);
         for (int o = 16; o >= 1; o >>= 1) q += __shfl_xor_sync(0xffffffffu, q, o);
         if (lane == 0) ssq[(size_t)t * S + s] = q;
+    }
+    if constexpr (TAIL) {
+        __shared__ int last;
+        __threadfence(); /* this CTA's slices and streams visible to the device before it counts */
+        __syncthreads();
+        if (threadIdx.x == 0) last = atomicAdd(tl.done + t, 1u) == (unsigned)(S - 1);
+        __syncthreads();
+        if (!last) return;
+        __threadfence(); /* the other CTAs' writes: read through L2 (slice_sum's and collapse_norm_row4's __ldcg) */
+        hc_part_tail(tl, part + (size_t)t * S * nm, ssq + (size_t)t * S, S, nm, flat, xt, n, t);
+        if (threadIdx.x == 0) tl.done[t] = 0u;
     }
 }
 
@@ -530,12 +599,13 @@ static int hc_proj_prefill(nf_backend *be, nf_cuda *c, const nf_cuda_mat &w, flo
  * version that loaded them one after the other, with the sum of squares in a phase of its own, at +6 us per site)
  * and lane 0 adds them in a fixed order. */
 #define HCP_MAX_SLICES 128
-/* the sum over slices i < S of p[i * stride] by one warp: lane l loads slices l, l + 32, ... together, adds them
- * in that order, then the xor butterfly (only additions of loaded values: nothing for the compiler to fuse) */
+/* the sum over slices i < S of p[i * stride] by one warp: lane l loads slices l, l + 32, ... together (through L2:
+ * in hc_part_tail the other CTAs of the same launch wrote them), adds them in that order, then the xor butterfly
+ * (only additions of loaded values: nothing for the compiler to fuse) */
 template <typename V> __device__ __forceinline__ V slice_sum(const V *p, int stride, int S, int lane) {
     V v[HCP_MAX_SLICES / 32];
 #pragma unroll
-    for (int u = 0; u < HCP_MAX_SLICES / 32; u++) v[u] = lane + 32 * u < S ? p[(size_t)(lane + 32 * u) * stride] : V(0);
+    for (int u = 0; u < HCP_MAX_SLICES / 32; u++) v[u] = lane + 32 * u < S ? __ldcg(p + (size_t)(lane + 32 * u) * stride) : V(0);
     V a = v[0];
 #pragma unroll
     for (int u = 1; u < HCP_MAX_SLICES / 32; u++) a += v[u];
@@ -624,7 +694,7 @@ __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const hc_mix_a
             }
             if (tid < hc * hc) post[hc + tid] = w[tid];
         } else if (r4) {
-            collapse_norm_row4(m, base, scale, eps, X + (size_t)t * hc * n, n, norm_eps, norm_w, h + (size_t)t * n, red4);
+            collapse_norm_row4<1>(m, base, scale, eps, X + (size_t)t * hc * n, n, norm_eps, norm_w, h + (size_t)t * n, red4);
             continue; /* nf_d_block_sum ended with a barrier: red4 is free for the next token */
         } else {
             if (tid < hc) w[tid] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[tid], scale[0]), base[tid])), eps);
@@ -684,8 +754,8 @@ static bool hc_split_enabled(void) {
  * with post_y, the streams X first updated by hc_post(X, post_y, mix) in the same launch. 1 when it ran, 0 when it
  * is off or the shape does not suit it (nothing launched: the caller uses the GEMV), -1 on error (no memory) */
 static int hc_proj_split(nf_cuda *c, const nf_cuda_mat &w, float *X, int T, int hc, int n, int nm, const float *post_y,
-                         const float *mix, const nf_cuda::nf_cuda_combine *cmb, nf_cuda_scratch &sc, float **part,
-                         double **ssq, int *S) {
+                         const float *mix, const nf_cuda::nf_cuda_combine *cmb, const hc_tail_args *tail,
+                         nf_cuda_scratch &sc, float **part, double **ssq, int *S) {
     const int64_t flat = (int64_t)hc * n;
     if (!hc_split_enabled() || hc != 4 || T > NF_CUDA_GEMV_MAX_VECTORS || w.type != NF_TYPE_F32 || !w.w ||
         nm > HCP_MAX_ROWS || n % HCP_ELEMS || n / HCP_ELEMS > HCP_MAX_SLICES || w.n != flat || w.rows != nm ||
@@ -698,12 +768,14 @@ static int hc_proj_split(nf_cuda *c, const nf_cuda_mat &w, float *X, int T, int 
     const dim3 grid((unsigned)*S, (unsigned)T);
     hc_combine_in cb = {};
     if (cmb) cb = {cmb->out, cmb->weight_of, cmb->shared, cmb->expert_of, cmb->k};
-    if (post_y)
-        nf_launch(hc_proj_part_kernel<true>, grid, HCP_THREADS, 0, c->stream, (const float *)w.w, n, nm, X, flat, post_y,
-                  mix, *part, *ssq, cb);
-    else
-        nf_launch(hc_proj_part_kernel<false>, grid, HCP_THREADS, 0, c->stream, (const float *)w.w, n, nm, X, flat,
-                  (const float *)nullptr, (const float *)nullptr, *part, *ssq, cb);
+    const hc_tail_args tl = tail ? *tail : hc_tail_args{};
+    void (*const kernels[2][2])(const float *, int, int, float *, int64_t, const float *, const float *, float *,
+                                double *, const hc_combine_in, const hc_tail_args) = {
+        {hc_proj_part_kernel<false, false>, hc_proj_part_kernel<false, true>},
+        {hc_proj_part_kernel<true, false>, hc_proj_part_kernel<true, true>}};
+    nf_launch(kernels[post_y != nullptr][tail != nullptr], grid, HCP_THREADS, 0, c->stream, (const float *)w.w, n, nm, X,
+              flat, post_y, post_y ? mix : (const float *)nullptr, *part, *ssq, cb, tl);
+    if (tail) c->hc_tails++;
     NF_LAUNCHED();
     return 1;
 }
@@ -736,7 +808,17 @@ static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out,
     float *part = nullptr, *mm = nullptr;
     double *ssq = nullptr;
     int nparts = 0;
-    const int split = hc_proj_split(c, w, X, T, hc, n, nm, post_y, mix, cmb, sc, &part, &ssq, &nparts);
+    const float *norm_w = norm ? nf_cuda_vec(c, norm) : nullptr;
+    if (norm && !norm_w) return nf_fail_prefix("layer %d norm", il);
+    /* the mixing kernel's work in the split projection's last CTA (NF_CUDA_HC_TAIL=on): the row4 collapse + norm's
+     * conditions below, a row of at most 4 float4s per thread of the CTA */
+    const hc_tail_args tail = {base, scale, norm_w, mix, out, c->hc_done, hp->hc_sinkhorn_iters, hp->hc_eps,
+                               hp->rms_eps, hp->rms_eps};
+    const bool use_tail = c->hc_tail && c->hc_done && norm && hc == 4 && n % 4 == 0 && n <= 16 * HCP_THREADS &&
+                          T <= NF_CUDA_GEMV_MAX_VECTORS && ((uintptr_t)X & 15) == 0 && ((uintptr_t)out & 15) == 0 &&
+                          ((uintptr_t)norm_w & 15) == 0 && hc_norm_fused() && nf_cuda_norm_row4_enabled();
+    const int split = hc_proj_split(c, w, X, T, hc, n, nm, post_y, mix, cmb, use_tail ? &tail : nullptr, sc, &part,
+                                    &ssq, &nparts);
     if (cmb) {
         if (split == 1) { /* launched: the kernel has the inputs, y stays unwritten */
             nf_cuda_combine_done(c);
@@ -745,6 +827,7 @@ static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out,
         else if (nf_cuda_combine_flush(c) < 0) return -1;
     }
     if (split < 0) return -1;
+    if (split == 1 && use_tail) return 0; /* the projection's tail wrote mix and out */
     if (!split) {
         if (!(mm = sc.get<float>((size_t)T * nm))) return nf_fail("cuda hc_pre: out of device memory");
         /* hc_post of post_y first, unless the prefill projection takes it */
@@ -754,8 +837,6 @@ static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out,
                     nf_cuda_matmul_rmsnormed(c, &w, X, T, flat, hp->rms_eps, mm, nm) < 0))
             return -1;
     }
-    const float *norm_w = norm ? nf_cuda_vec(c, norm) : nullptr;
-    if (norm && !norm_w) return nf_fail_prefix("layer %d norm", il);
     const unsigned norm_threads = nf_cuda_row_threads(n);
     const size_t row_bytes = (size_t)n * sizeof(float);
     static int max_threads = -1; /* what the compiled kernel can launch with (registers per thread) */

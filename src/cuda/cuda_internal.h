@@ -68,6 +68,12 @@ struct nf_cuda {
     int ids_settled;
     /* the fused router's count of finished CTAs (cuda_router.cu: router_fused_kernel; zero between launches) */
     unsigned int *router_done;
+    /* NF_CUDA_HC_TAIL=on (read at creation, so that a test can compare two backends): decode's hc mixing done by the
+     * split projection's last CTA (cuda_hc.cu: hc_part_tail); hc_done its count of finished CTAs per token (zero
+     * between launches), hc_tails the launches that took it (nf_cuda_hc_tails: tests) */
+    int hc_tail;
+    unsigned int *hc_done;
+    unsigned long long hc_tails;
     /* decode's MoE combine left for the next site's hc projection to do at the columns it reads (cuda_moe.cu,
      * cuda_hc.cu: NF_CUDA_COMBINE_FOLD). While y is set, y has NOT been written: nf_cuda_of (every entry point but
      * the consumer) first launches the combine into y (nf_cuda_combine_flush), so any other reader sees it. */

@@ -753,6 +753,33 @@ static void test_model(const char *label, const char *path, const char *recipe, 
             free(sf[i]);
         }
     }
+    /* decode's hc mixing in the split projection's last CTA (NF_CUDA_HC_TAIL=on) against the mixing kernel (off):
+     * chunk `small` (decode-sized forwards) bit-identical, and the tail taken */
+    {
+        float *gt[2] = {nf_xmalloc((size_t)n * V * sizeof(float)), nf_xmalloc((size_t)n * V * sizeof(float))};
+        int32_t *st[2] = {nf_xcalloc(nsel, sizeof(int32_t)), nf_xcalloc(nsel, sizeof(int32_t))};
+        unsigned long long tails[2] = {0, 0};
+        for (int on = 0; on < 2; on++) {
+            env_saved sv = env_push("NF_CUDA_HC_TAIL", on ? "on" : "off");
+            nf_backend *g = nf_backend_cuda_create(m, 0); /* reads the switch */
+            env_pop(&sv);
+            CHECK(g != NULL, "gpu backend (hc tail %d): %s", on, nf_error());
+            if (!g) continue;
+            CHECK(prefill(g, tok, n, small, gt[on], n_mla ? st[on] : NULL, n) == 0, "gpu chunked (hc tail %d): %s", on, nf_error());
+            tails[on] = nf_cuda_hc_tails(g);
+            nf_backend_free(g);
+        }
+        const int tsame = !memcmp(gt[0], gt[1], (size_t)n * V * sizeof(float)) && !memcmp(st[0], st[1], nsel * sizeof(int32_t));
+        printf("  gpu chunk %d, hc mixing in the projection's last CTA (%llu tails) vs the mixing kernel: %s\n", small,
+               tails[1], tsame ? "bit-identical" : "DIFFERENT");
+        CHECK(tsame, "gpu chunk %d: the hc tail changes the logits or selections", small);
+        CHECK(tails[1] > 0 && tails[0] == 0, "hc tail: %llu tails with it on, %llu off", tails[1], tails[0]);
+        chunk_ok &= tsame;
+        for (int i = 0; i < 2; i++) {
+            free(gt[i]);
+            free(st[i]);
+        }
+    }
     if (!quick) {
         float *g3 = nf_xmalloc((size_t)n * V * sizeof(float));
         int32_t *sg3 = nf_xcalloc(nsel, sizeof(int32_t));
