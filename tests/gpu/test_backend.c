@@ -517,6 +517,43 @@ static int prefill(nf_backend *be, const int32_t *tok, int n, int chunk, float *
     return rc;
 }
 
+/* A switch read at backend creation (`name` = on / off): chunked prefill of chunk `small` on a backend created with
+ * each setting gives the same logits and selections bit for bit, and `taken` (the backend's count of the path's
+ * uses) is > 0 with it on and 0 off. 1 when both hold. */
+static int switch_same(const nf_model *m, const int32_t *tok, int n, int small, int n_mla, size_t nsel, const char *name,
+                       unsigned long long (*taken)(nf_backend *), const char *what, const char *against) {
+    const int64_t V = m->hp.n_vocab;
+    float *lg[2] = {nf_xmalloc((size_t)n * V * sizeof(float)), nf_xmalloc((size_t)n * V * sizeof(float))};
+    int32_t *sl[2] = {nf_xcalloc(nsel, sizeof(int32_t)), nf_xcalloc(nsel, sizeof(int32_t))};
+    unsigned long long count[2] = {0, 0};
+    int ran = 1;
+    for (int on = 0; on < 2; on++) {
+        env_saved sv = env_push(name, on ? "on" : "off");
+        nf_backend *g = nf_backend_cuda_create(m, 0); /* reads the switch */
+        env_pop(&sv);
+        CHECK(g != NULL, "gpu backend (%s=%s): %s", name, on ? "on" : "off", nf_error());
+        if (!g) {
+            ran = 0;
+            continue;
+        }
+        const int rc = prefill(g, tok, n, small, lg[on], n_mla ? sl[on] : NULL, n);
+        CHECK(rc == 0, "gpu chunked (%s=%s): %s", name, on ? "on" : "off", nf_error());
+        ran &= rc == 0;
+        count[on] = taken(g);
+        nf_backend_free(g);
+    }
+    const int same = ran && !memcmp(lg[0], lg[1], (size_t)n * V * sizeof(float)) && !memcmp(sl[0], sl[1], nsel * sizeof(int32_t));
+    printf("  gpu chunk %d, %s (%s=on: %llu times) vs %s: %s\n", small, what, name, count[1], against,
+           same ? "bit-identical" : "DIFFERENT");
+    CHECK(same, "gpu chunk %d: %s=on changes the logits or selections", small, name);
+    CHECK(count[1] > 0 && count[0] == 0, "%s: taken %llu times with it on, %llu off", name, count[1], count[0]);
+    for (int i = 0; i < 2; i++) {
+        free(lg[i]);
+        free(sl[i]);
+    }
+    return same && count[1] > 0 && count[0] == 0;
+}
+
 /* per position: max |g - c| / max |c|; returns the worst, counts positions over tol and argmax agreement */
 static double compare_logits(const float *g, const float *c, int n, int V, double tol, int *over, int *argmax_same) {
     double worst = 0;
@@ -727,59 +764,13 @@ static void test_model(const char *label, const char *path, const char *recipe, 
     if (strict) CHECK(small_sel == 0, "gpu chunk %d: %d selection rows differ", small, small_sel);
     chunk_ok &= small_over == 0;
     /* decode's MoE combine folded into the next site's hc projection (NF_CUDA_COMBINE_FOLD=on) against the combine
-     * launched (off): chunk `small` (decode-sized forwards) bit-identical, and the fold taken */
-    if (m->hp.n_expert > 0) {
-        float *gf[2] = {nf_xmalloc((size_t)n * V * sizeof(float)), nf_xmalloc((size_t)n * V * sizeof(float))};
-        int32_t *sf[2] = {nf_xcalloc(nsel, sizeof(int32_t)), nf_xcalloc(nsel, sizeof(int32_t))};
-        unsigned long long folded[2] = {0, 0};
-        for (int on = 0; on < 2; on++) {
-            env_saved sv = env_push("NF_CUDA_COMBINE_FOLD", on ? "on" : "off");
-            nf_backend *g = nf_backend_cuda_create(m, 0); /* reads the switch */
-            env_pop(&sv);
-            CHECK(g != NULL, "gpu backend (combine fold %d): %s", on, nf_error());
-            if (!g) continue;
-            CHECK(prefill(g, tok, n, small, gf[on], n_mla ? sf[on] : NULL, n) == 0, "gpu chunked (fold %d): %s", on, nf_error());
-            folded[on] = nf_cuda_combines_folded(g);
-            nf_backend_free(g);
-        }
-        const int fsame = !memcmp(gf[0], gf[1], (size_t)n * V * sizeof(float)) && !memcmp(sf[0], sf[1], nsel * sizeof(int32_t));
-        printf("  gpu chunk %d, MoE combine folded into the hc projection (%llu folds) vs launched: %s\n", small, folded[1],
-               fsame ? "bit-identical" : "DIFFERENT");
-        CHECK(fsame, "gpu chunk %d: the folded MoE combine changes the logits or selections", small);
-        CHECK(folded[1] > 0 && folded[0] == 0, "combine fold: %llu folds with it on, %llu off", folded[1], folded[0]);
-        chunk_ok &= fsame;
-        for (int i = 0; i < 2; i++) {
-            free(gf[i]);
-            free(sf[i]);
-        }
-    }
-    /* decode's hc mixing in the split projection's last CTA (NF_CUDA_HC_TAIL=on) against the mixing kernel (off):
-     * chunk `small` (decode-sized forwards) bit-identical, and the tail taken */
-    {
-        float *gt[2] = {nf_xmalloc((size_t)n * V * sizeof(float)), nf_xmalloc((size_t)n * V * sizeof(float))};
-        int32_t *st[2] = {nf_xcalloc(nsel, sizeof(int32_t)), nf_xcalloc(nsel, sizeof(int32_t))};
-        unsigned long long tails[2] = {0, 0};
-        for (int on = 0; on < 2; on++) {
-            env_saved sv = env_push("NF_CUDA_HC_TAIL", on ? "on" : "off");
-            nf_backend *g = nf_backend_cuda_create(m, 0); /* reads the switch */
-            env_pop(&sv);
-            CHECK(g != NULL, "gpu backend (hc tail %d): %s", on, nf_error());
-            if (!g) continue;
-            CHECK(prefill(g, tok, n, small, gt[on], n_mla ? st[on] : NULL, n) == 0, "gpu chunked (hc tail %d): %s", on, nf_error());
-            tails[on] = nf_cuda_hc_tails(g);
-            nf_backend_free(g);
-        }
-        const int tsame = !memcmp(gt[0], gt[1], (size_t)n * V * sizeof(float)) && !memcmp(st[0], st[1], nsel * sizeof(int32_t));
-        printf("  gpu chunk %d, hc mixing in the projection's last CTA (%llu tails) vs the mixing kernel: %s\n", small,
-               tails[1], tsame ? "bit-identical" : "DIFFERENT");
-        CHECK(tsame, "gpu chunk %d: the hc tail changes the logits or selections", small);
-        CHECK(tails[1] > 0 && tails[0] == 0, "hc tail: %llu tails with it on, %llu off", tails[1], tails[0]);
-        chunk_ok &= tsame;
-        for (int i = 0; i < 2; i++) {
-            free(gt[i]);
-            free(st[i]);
-        }
-    }
+     * launched (off), and decode's hc mixing in the split projection's last CTA (NF_CUDA_HC_TAIL=on) against the
+     * mixing kernel: chunk `small` (decode-sized forwards) bit-identical, and the path taken */
+    if (m->hp.n_expert > 0)
+        chunk_ok &= switch_same(m, tok, n, small, n_mla, nsel, "NF_CUDA_COMBINE_FOLD", nf_cuda_combines_folded,
+                                "MoE combine folded into the hc projection", "launched");
+    chunk_ok &= switch_same(m, tok, n, small, n_mla, nsel, "NF_CUDA_HC_TAIL", nf_cuda_hc_tails,
+                            "hc mixing in the projection's last CTA", "the mixing kernel");
     if (!quick) {
         float *g3 = nf_xmalloc((size_t)n * V * sizeof(float));
         int32_t *sg3 = nf_xcalloc(nsel, sizeof(int32_t));
