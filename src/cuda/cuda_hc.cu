@@ -15,6 +15,20 @@
 #define HC_MAX 16
 enum { HC_SINKHORN_BLOCK, HC_SINKHORN_WARP, HC_SINKHORN_REGS };
 
+/* hc_pre's weights from the projection m[(2 + hc) * hc] (after the 1 / rms scale) and the site's scale[3] and
+ * base[(2 + hc) * hc], as src/cpu/hc.c computes them: pre[k] (the collapse), post[k] and the combination's logit
+ * (i, j) before the Sinkhorn projection (element c = i hc + j). One definition for the mixing kernel's blocks and the
+ * split projection's tail (hc_part_tail), which must give the same bits. */
+__device__ __forceinline__ float hc_pre_weight(const float *m, const float *scale, const float *base, int k, float eps) {
+    return __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[k], scale[0]), base[k])), eps);
+}
+__device__ __forceinline__ float hc_post_weight(const float *m, const float *scale, const float *base, int hc, int k) {
+    return __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(m[hc + k], scale[1]), base[hc + k])));
+}
+__device__ __forceinline__ float hc_comb_logit(const float *m, const float *scale, const float *base, int hc, int c) {
+    return __fadd_rn(__fmul_rn(m[2 * hc + c], scale[2]), base[2 * hc + c]);
+}
+
 /* The Sinkhorn projection of one token's combination matrix comb[hc][hc] (shared memory) by its first hc * hc
  * threads, thread i * hc + j owning element (i, j); every thread of the block calls it (it synchronises). Each
  * row or column sum is read by its owners in the CPU's sequential order (src/cpu/hc.c: nf_hc_sinkhorn, the row
@@ -213,7 +227,7 @@ __device__ void collapse_norm_row4(const float *m, const float *base, const floa
     }
     float pre[4];
 #pragma unroll
-    for (int k = 0; k < 4; k++) pre[k] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[k], scale[0]), base[k])), hc_eps);
+    for (int k = 0; k < 4; k++) pre[k] = hc_pre_weight(m, scale, base, k, hc_eps);
     double ss[K];
 #pragma unroll
     for (int q = 0; q < K; q++) {
@@ -294,10 +308,9 @@ __device__ void hc_part_tail(const hc_tail_args &a, const float *part_t, const d
     if (threadIdx.x == 0) {
         float *post = a.mix + (size_t)t * 20;
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            post[i] = __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(mmv[4 + i], a.scale[1]), a.base[4 + i])));
+        for (int i = 0; i < 4; i++) post[i] = hc_post_weight(mmv, a.scale, a.base, 4, i);
 #pragma unroll
-        for (int i = 0; i < 16; i++) w[i] = __fadd_rn(__fmul_rn(mmv[8 + i], a.scale[2]), a.base[8 + i]);
+        for (int i = 0; i < 16; i++) w[i] = hc_comb_logit(mmv, a.scale, a.base, 4, i);
         sinkhorn_regs<4>(w, a.iters, a.hc_eps);
 #pragma unroll
         for (int i = 0; i < 16; i++) post[4 + i] = w[i];
@@ -677,8 +690,8 @@ __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const hc_mix_a
         }
         if (blockIdx.x == 0) {
             float *post = mix + (size_t)t * (hc + hc * hc);
-            if (tid < hc) post[tid] = __fmul_rn(2.0f, nf_d_sigmoid(__fadd_rn(__fmul_rn(m[hc + tid], scale[1]), base[hc + tid])));
-            if (tid < hc * hc) w[tid] = __fadd_rn(__fmul_rn(m[2 * hc + tid], scale[2]), base[2 * hc + tid]);
+            if (tid < hc) post[tid] = hc_post_weight(m, scale, base, hc, tid);
+            if (tid < hc * hc) w[tid] = hc_comb_logit(m, scale, base, hc, tid);
             __syncthreads();
             if (hc == 4 && sinkhorn_mode == HC_SINKHORN_REGS) {
                 if (tid == 0) sinkhorn_regs<4>(w, iters, eps);
@@ -697,7 +710,7 @@ __global__ void __launch_bounds__(1024, 1) hc_mix_collapse_kernel(const hc_mix_a
             collapse_norm_row4<1>(m, base, scale, eps, X + (size_t)t * hc * n, n, norm_eps, norm_w, h + (size_t)t * n, red4);
             continue; /* nf_d_block_sum ended with a barrier: red4 is free for the next token */
         } else {
-            if (tid < hc) w[tid] = __fadd_rn(nf_d_sigmoid(__fadd_rn(__fmul_rn(m[tid], scale[0]), base[tid])), eps);
+            if (tid < hc) w[tid] = hc_pre_weight(m, scale, base, tid, eps);
             __syncthreads();
             const float *x = X + (size_t)t * hc * n;
             if (norm_w) {
@@ -780,6 +793,13 @@ static int hc_proj_split(nf_cuda *c, const nf_cuda_mat &w, float *X, int T, int 
     return 1;
 }
 
+/* collapse_norm_row4 takes the row: hc = 4, at most 4 floats per one of `threads` (thread, or thread and float4 slot
+ * of collapse_norm_row4<K>: 4 K x blockDim), 16-byte aligned rows, NF_CUDA_NORM_ROW4 not off */
+static bool row4_fits(int hc, int n, int64_t threads, const float *X, const float *out, const float *norm_w) {
+    return hc == 4 && n % 4 == 0 && (int64_t)n <= 4 * threads && ((uintptr_t)X & 15) == 0 && ((uintptr_t)out & 15) == 0 &&
+           ((uintptr_t)norm_w & 15) == 0 && nf_cuda_norm_row4_enabled();
+}
+
 /* hc_pre; with norm (the sub-layer's RMSNorm weight) out = RMSNorm(h) * norm in the same launch when the collapse
  * fits one block's shared memory, else through nf_cuda_rmsnorm_rows (same values either way). With post_y, X is
  * first updated by hc_post(X, post_y, mix) (mix: the previous site's, then this site's): inside the split
@@ -814,9 +834,8 @@ static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out,
      * conditions below, a row of at most 4 float4s per thread of the CTA */
     const hc_tail_args tail = {base, scale, norm_w, mix, out, c->hc_done, hp->hc_sinkhorn_iters, hp->hc_eps,
                                hp->rms_eps, hp->rms_eps};
-    const bool use_tail = c->hc_tail && c->hc_done && norm && hc == 4 && n % 4 == 0 && n <= 16 * HCP_THREADS &&
-                          T <= NF_CUDA_GEMV_MAX_VECTORS && ((uintptr_t)X & 15) == 0 && ((uintptr_t)out & 15) == 0 &&
-                          ((uintptr_t)norm_w & 15) == 0 && hc_norm_fused() && nf_cuda_norm_row4_enabled();
+    const bool use_tail = c->hc_tail && c->hc_done && norm && T <= NF_CUDA_GEMV_MAX_VECTORS && hc_norm_fused() &&
+                          row4_fits(hc, n, 4 * HCP_THREADS, X, out, norm_w);
     const int split = hc_proj_split(c, w, X, T, hc, n, nm, post_y, mix, cmb, use_tail ? &tail : nullptr, sc, &part,
                                     &ssq, &nparts);
     if (cmb) {
@@ -847,8 +866,7 @@ static int hc_pre(nf_backend *be, int il, int site, float *X, int T, float *out,
     if (norm && norm_threads >= (unsigned)(hc * hc) && norm_threads <= (unsigned)max_threads && row_bytes <= 48 * 1024 &&
         hc_norm_fused()) {
         const dim3 grid(2, T < 65535 ? T : 65535);
-        const int row4 = hc == 4 && n % 4 == 0 && (int64_t)n <= 4 * (int64_t)norm_threads && ((uintptr_t)X & 15) == 0 &&
-                         ((uintptr_t)out & 15) == 0 && ((uintptr_t)norm_w & 15) == 0 && nf_cuda_norm_row4_enabled();
+        const int row4 = row4_fits(hc, n, norm_threads, X, out, norm_w);
         const hc_mix_args a = {mm, base, scale, X, T, hc, n, hp->hc_sinkhorn_iters, hp->hc_eps, mix, out,
                                hc_sinkhorn_mode(), norm_w, hp->rms_eps, row4, part, ssq, nparts, flat, hp->rms_eps};
         nf_launch(hc_mix_collapse_kernel, grid, norm_threads, row_bytes, c->stream, a);

@@ -289,8 +289,9 @@ static void check_predeq(void) {
 }
 
 /* NF_CUDA_GEMM_PREDEQ_EXPERTS (default on; =off decodes per tile): routed experts of >=
- * NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS vectors on average decoded once per batch of experts (here one batch, and batches of 2 of the 5 experts: the tiles of each batch only, the
- * weights indexed from the batch's first expert): every output byte as decoded per tile, the copy taken */
+ * NF_GEMM_PREDEQ_EXPERT_MIN_VECTORS vectors on average decoded once per batch of experts (here one batch, and batches
+ * of 2 of the 5 experts: the tiles of each batch only, the weights indexed from the batch's first expert): every
+ * output byte as decoded per tile, the copy taken */
 static void check_predeq_experts(void) {
     static const uint32_t types[] = {NF_TYPE_Q8_0, NF_TYPE_Q2_K, NF_TYPE_IQ2_XXS};
     const int64_t n = 256, rows = 72;
